@@ -1,0 +1,45 @@
+# The interface: install, test, demo, bench, lint. CI calls `make test` through .ci/run.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PG_BIN := /usr/lib/postgresql/15/bin
+
+.PHONY: install system-deps jars test test-long lint demo bench clean
+
+install: $(STAMP) jars
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Iceberg's Spark runtime with its missing shaded Jackson rebuilt from pyspark's jars (cached).
+jars: $(STAMP)
+	$(BIN)/python -m spark.runtime_jars >/dev/null
+
+# Java for Spark, private Postgres/MariaDB servers for integration tests (installed if missing).
+system-deps:
+	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+	@test -x $(PG_BIN)/initdb || { apt-get update -qq && apt-get install -y -qq postgresql; }
+	@command -v mariadbd >/dev/null 2>&1 || command -v mysqld >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mariadb-server; }
+
+test: install system-deps
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-long: install system-deps
+	HYPOTHESIS_PROFILE=long LONG=1 $(BIN)/pytest -q -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check replicator spark ops_mapping sample_dbs tests benchmarks
+	$(BIN)/mypy replicator ops_mapping spark
+
+demo: install system-deps
+	$(BIN)/python -m sample_dbs.demo
+
+bench: install system-deps
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf .demo .cache .pytest_cache .mypy_cache .ruff_cache

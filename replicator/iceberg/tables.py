@@ -1,0 +1,249 @@
+"""Iceberg tables for source tables: catalog access, creation, schema evolution, checkpoints.
+
+The engine's checkpoint lives in the table itself: every snapshot the engine commits carries
+``replicator.position`` (the source position of the batch's last event) in its summary, so
+the position can never disagree with the data.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
+
+from replicator.config import IcebergConfig
+from replicator.errors import ConfigError, SchemaChangeError
+from replicator.events.model import SourcePosition, TableSchema
+from replicator.events.types import can_promote, parse_decimal
+
+log = logging.getLogger(__name__)
+
+POSITION_PROPERTY = "replicator.position"
+WRITER_PROPERTY = "replicator.writer-id"
+SOURCE_TABLE_PROPERTY = "replicator.source-table"
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # Row-level changes are written as delete files (merge-on-read), never by rewriting.
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+}
+
+_SIMPLE: dict[str, IcebergType] = {
+    "boolean": BooleanType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "date": DateType(),
+    "timestamp": TimestampType(),
+    "timestamptz": TimestamptzType(),
+    "string": StringType(),
+    "binary": BinaryType(),
+}
+
+
+def iceberg_type(type_: str) -> IcebergType:
+    if type_ in _SIMPLE:
+        return _SIMPLE[type_]
+    dec = parse_decimal(type_)
+    if dec is None:
+        raise ValueError(f"unknown column type {type_!r}")
+    return DecimalType(*dec)
+
+
+def engine_type(t: IcebergType) -> str:
+    """The inverse of ``iceberg_type`` for the types the engine writes."""
+    if isinstance(t, DecimalType):
+        return f"decimal({t.precision},{t.scale})"
+    for name, it in _SIMPLE.items():
+        if it == t:
+            return name
+    raise ValueError(f"Iceberg type {t} is not one the engine writes")
+
+
+def open_catalog(cfg: IcebergConfig) -> Catalog:
+    catalog = SqlCatalog(cfg.catalog_name, uri=cfg.catalog_uri, warehouse=cfg.warehouse)
+    try:
+        catalog.create_namespace(cfg.namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+    return catalog
+
+
+def iceberg_table_name(cfg: IcebergConfig, source_table: str) -> str:
+    """``<namespace>.<table>`` where ``<table>`` is the source table's last name component
+    (``public.orders`` -> ``cdc.orders``), unless ``iceberg.table_names`` maps it."""
+    name = cfg.table_names.get(source_table) or source_table.rsplit(".", 1)[-1]
+    return f"{cfg.namespace}.{name}"
+
+
+@dataclass
+class TableState:
+    table: Table
+    source_table: str
+    key_columns: tuple[str, ...]
+
+    @property
+    def identifier(self) -> str:
+        return ".".join(self.table.name())
+
+
+def committed_position(table: Table) -> SourcePosition | None:
+    """The source position recorded by the table's current snapshot, if any."""
+    snap = table.current_snapshot()
+    while snap is not None:
+        props = snap.summary.additional_properties if snap.summary else {}
+        if POSITION_PROPERTY in props:
+            return SourcePosition.from_json(props[POSITION_PROPERTY])
+        # A snapshot by another tool (compaction, expiry) keeps the position of its parent.
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return None
+
+
+def committed_writer(table: Table) -> str | None:
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return None
+    return snap.summary.additional_properties.get(WRITER_PROPERTY)
+
+
+def _find_field(schema: Schema, name: str) -> NestedField | None:
+    try:
+        return schema.find_field(name, case_sensitive=True)
+    except ValueError:
+        return None
+
+
+class TableManager:
+    """Finds, creates and evolves the Iceberg table of each source table."""
+
+    def __init__(self, catalog: Catalog, cfg: IcebergConfig) -> None:
+        self.catalog = catalog
+        self.cfg = cfg
+        self._tables: dict[str, TableState] = {}
+        self._owners: dict[str, str] = {}  # iceberg identifier -> source table
+
+    def load_existing(self, source_table: str) -> TableState | None:
+        if source_table in self._tables:
+            return self._tables[source_table]
+        ident = self._claim(source_table)
+        try:
+            table = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            return None
+        owner = table.properties.get(SOURCE_TABLE_PROPERTY)
+        if owner is not None and owner != source_table:
+            raise ConfigError(
+                f"Iceberg table {ident} holds source table {owner}, not {source_table}",
+                table=source_table,
+                hint=f"map one of them elsewhere with iceberg.table_names: {{{source_table!r}: <name>}}",
+            )
+        keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
+        state = TableState(table=table, source_table=source_table, key_columns=keys)
+        self._tables[source_table] = state
+        return state
+
+    def _claim(self, source_table: str) -> str:
+        ident = iceberg_table_name(self.cfg, source_table)
+        other = self._owners.setdefault(ident, source_table)
+        if other != source_table:
+            raise ConfigError(
+                f"source tables {other} and {source_table} both map to Iceberg table {ident}",
+                table=source_table,
+                hint="give one of them its own name under iceberg.table_names",
+            )
+        return ident
+
+    def ensure(self, schema: TableSchema) -> TableState:
+        """The table for ``schema.table``, created or evolved so the schema's columns fit."""
+        state = self.load_existing(schema.table)
+        if state is None:
+            return self._create(schema)
+        self._evolve(state, schema)
+        return state
+
+    def _create(self, schema: TableSchema) -> TableState:
+        if not schema.key_columns:
+            raise SchemaChangeError(
+                "table has no primary key; the engine needs one to apply updates and deletes",
+                table=schema.table,
+                hint="add a primary key, or set source.primary_keys for this table",
+            )
+        fields = []
+        key_ids = []
+        for i, col in enumerate(schema.columns, start=1):
+            is_key = col.name in schema.key_columns
+            fields.append(NestedField(i, col.name, iceberg_type(col.type), required=is_key))
+            if is_key:
+                key_ids.append(i)
+        ice_schema = Schema(*fields, identifier_field_ids=key_ids)
+        ident = self._claim(schema.table)
+        props = dict(TABLE_PROPERTIES)
+        props[SOURCE_TABLE_PROPERTY] = schema.table
+        table = self.catalog.create_table(ident, schema=ice_schema, properties=props)
+        log.info("created Iceberg table %s for %s (key %s)", ident, schema.table, ", ".join(schema.key_columns))
+        state = TableState(table=table, source_table=schema.table, key_columns=schema.key_columns)
+        self._tables[schema.table] = state
+        return state
+
+    def _evolve(self, state: TableState, schema: TableSchema) -> None:
+        current = state.table.schema()
+        adds: list[tuple[str, str]] = []
+        promotions: list[tuple[str, str, str]] = []
+        for col in schema.columns:
+            field = _find_field(current, col.name)
+            if field is None:
+                adds.append((col.name, col.type))
+                continue
+            have = engine_type(field.field_type)
+            if have == col.type or can_promote(col.type, have):
+                continue  # same, or the source narrowed: values still fit the wider column
+            if can_promote(have, col.type):
+                promotions.append((col.name, have, col.type))
+                continue
+            raise SchemaChangeError(
+                f"column {col.name} changed type from {have} to {col.type}, which Iceberg cannot promote",
+                table=schema.table,
+                hint="committed data is intact; recreate the Iceberg table (or map the table elsewhere) to continue",
+            )
+        if set(schema.key_columns) != set(state.key_columns):
+            raise SchemaChangeError(
+                f"primary key changed from {state.key_columns} to {schema.key_columns}",
+                table=schema.table,
+                hint="committed data is intact; a key change needs a new Iceberg table",
+            )
+        if not adds and not promotions:
+            return
+        with state.table.update_schema() as update:
+            for name, type_ in adds:
+                update.add_column(name, iceberg_type(type_))
+            for name, _old, new in promotions:
+                update.update_column(name, field_type=iceberg_type(new))
+        state.table = state.table.refresh()
+        for name, type_ in adds:
+            log.info("%s: added column %s %s", state.identifier, name, type_)
+        for name, old, new in promotions:
+            log.info("%s: widened column %s %s -> %s", state.identifier, name, old, new)

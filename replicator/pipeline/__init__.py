@@ -1,0 +1,1 @@
+"""The pipeline: batching, staging, the apply stage, commits and acknowledgement."""

@@ -1,0 +1,140 @@
+"""Turn one table's events of one batch into the Arrow layout the apply stage reads.
+
+Layout (the contract with ``ops_mapping``): ``__rep_seq`` (int64, source order),
+``__rep_op`` (c/r/u/d), one ``__rep_bk__<key>`` column per key column with the BEFORE key
+(for u and d), then every column of the Iceberg table holding the AFTER image.
+Columns are built column-wise (building Arrow from row dicts is 2x slower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.events.model import ChangeEvent, Op
+from replicator.events.types import arrow_type
+
+SEQ = "__rep_seq"
+OP = "__rep_op"
+BEFORE_KEY_PREFIX = "__rep_bk__"
+
+
+def before_key_column(key: str) -> str:
+    return BEFORE_KEY_PREFIX + key
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    table: pa.Table
+    events: int
+    dead_lettered: int
+
+
+def stage_events(
+    events: Sequence[ChangeEvent],
+    columns: Sequence[tuple[str, str]],
+    key_columns: Sequence[str],
+    dead_letters: DeadLetterSink,
+) -> StagedBatch:
+    """``columns`` are (name, engine type) of the Iceberg table, in table order."""
+    live = list(events)
+    dropped = 0
+    while True:
+        bad = _find_unmappable(live, columns, key_columns)
+        if not bad:
+            break
+        for idx, reason in sorted(bad.items(), reverse=True):
+            ev = live.pop(idx)
+            dead_letters.put(
+                DeadLetter(
+                    reason=reason,
+                    table=ev.table,
+                    key=_safe_key(ev, key_columns),
+                    position=str(ev.position),
+                    raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
+                )
+            )
+            dropped += 1
+    return StagedBatch(table=_build(live, columns, key_columns), events=len(live), dead_lettered=dropped)
+
+
+def _safe_key(ev: ChangeEvent, key_columns: Sequence[str]) -> Any:
+    try:
+        return list(ev.key(tuple(key_columns)))
+    except Exception:  # noqa: BLE001 - only for the message
+        return None
+
+
+def _before_key_row(ev: ChangeEvent) -> Any:
+    if ev.op is Op.DELETE:
+        return ev.before
+    if ev.op is Op.UPDATE:
+        return ev.before if ev.before is not None else ev.after
+    return None
+
+
+def _build(events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> pa.Table:
+    types = dict(columns)
+    arrays: list[pa.Array] = [
+        pa.array(range(len(events)), type=pa.int64()),
+        pa.array([e.op.value for e in events], type=pa.string()),
+    ]
+    names = [SEQ, OP]
+    befores = [_before_key_row(e) for e in events]
+    for k in key_columns:
+        arrays.append(pa.array([b.get(k) if b is not None else None for b in befores], type=arrow_type(types[k])))
+        names.append(before_key_column(k))
+    afters = [e.after for e in events]
+    for name, type_ in columns:
+        arrays.append(pa.array([a.get(name) if a is not None else None for a in afters], type=arrow_type(type_)))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _find_unmappable(
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str]
+) -> dict[int, str]:
+    """Index -> reason for every event with a value that does not fit its column type, or a
+    missing key. Fast path: one pa.array per column; only a failing column is checked row
+    by row to name the culprits."""
+    bad: dict[int, str] = {}
+    types = dict(columns)
+    for i, ev in enumerate(events):
+        for k in key_columns:
+            if ev.op is not Op.DELETE and (ev.after is None or ev.after.get(k) is None):
+                bad[i] = f"key column {k} is null or missing in the 'after' image"
+            b = _before_key_row(ev)
+            if ev.op in (Op.UPDATE, Op.DELETE) and (b is None or b.get(k) is None):
+                bad[i] = f"key column {k} is null or missing in the 'before' image"
+    for name, type_ in columns:
+        at = arrow_type(type_)
+        values = [e.after.get(name) if e.after is not None else None for e in events]
+        try:
+            pa.array(values, type=at)
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            pass
+        for i, v in enumerate(values):
+            try:
+                pa.array([v], type=at)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                bad.setdefault(i, f"value {v!r} of column {name} does not fit Iceberg type {type_}: {exc}")
+    befores = [_before_key_row(e) for e in events]
+    for k in key_columns:
+        at = arrow_type(types[k])
+        keys = [b.get(k) if b is not None else None for b in befores]
+        try:
+            pa.array(keys, type=at)
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            pass
+        for i, v in enumerate(keys):
+            try:
+                pa.array([v], type=at)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                bad.setdefault(i, f"before key {k}={v!r} does not fit Iceberg type {types[k]}: {exc}")
+    return bad

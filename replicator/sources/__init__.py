@@ -1,0 +1,1 @@
+"""Source readers: each turns a database change log into ordered ChangeEvents."""

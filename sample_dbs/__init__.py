@@ -1,0 +1,1 @@
+"""Sample databases and change logs for the demo, tests and benchmarks."""

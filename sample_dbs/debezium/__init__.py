@@ -1,0 +1,1 @@
+"""A bundled Debezium change log (Postgres-style envelopes with schemas)."""

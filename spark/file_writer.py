@@ -1,0 +1,133 @@
+"""Writes one batch's data, position-delete and equality-delete Parquet files for one table.
+
+Runs inside the apply stage's worker. Data rows arrive in small slices from the mapper; they
+are buffered up to a row group so Parquet files get large row groups (small row groups cut
+write speed 2-3x). Memory held: at most one row group per open data file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+CONTENT_DATA = 0
+CONTENT_POSITION_DELETES = 1
+CONTENT_EQUALITY_DELETES = 2
+
+ROW_GROUP_ROWS = 131_072
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything a worker needs to write one table's files for one batch (picklable)."""
+
+    data_location: str  # e.g. file:///warehouse/cdc.db/orders/data
+    batch_id: str  # unique per attempt, so a retried batch never reuses a file name
+    data_schema: pa.Schema  # Iceberg schema as Arrow, with PARQUET:field_id metadata
+    equality_schema: pa.Schema
+    position_schema: pa.Schema
+    compression: str = "zstd"
+
+
+@dataclass
+class WrittenFile:
+    content: int
+    path: str
+    records: int
+    size: int
+
+
+@dataclass
+class _Open:
+    writer: pq.ParquetWriter
+    path: str
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+    records: int = 0
+
+
+class TableFileWriter:
+    def __init__(self, spec: WriterSpec) -> None:
+        self.spec = spec
+        self.fs, self._base = pafs.FileSystem.from_uri(spec.data_location)
+        self.fs.create_dir(self._base, recursive=True)
+        self._data: dict[int, _Open] = {}
+        self._eq: _Open | None = None
+        self.written: list[WrittenFile] = []
+
+    def data_path(self, file_index: int) -> str:
+        return f"{self.spec.data_location}/{self.spec.batch_id}-data-{file_index:05d}.parquet"
+
+    def _open(self, uri: str, schema: pa.Schema) -> _Open:
+        _, path = pafs.FileSystem.from_uri(uri)
+        writer = pq.ParquetWriter(path, schema, filesystem=self.fs, compression=self.spec.compression)
+        return _Open(writer=writer, path=uri)
+
+    def write_data(self, file_index: int, rows: pa.Table) -> None:
+        handle = self._data.get(file_index)
+        if handle is None:
+            # The mapper rolls files in order: a new index means earlier ones are complete.
+            for idx in [i for i in self._data if i < file_index]:
+                self._close(self._data.pop(idx), CONTENT_DATA)
+            handle = self._data[file_index] = self._open(self.data_path(file_index), self.spec.data_schema)
+        self._append(handle, _conform(rows, self.spec.data_schema))
+
+    def write_equality_deletes(self, keys: pa.Table) -> None:
+        if keys.num_rows == 0:
+            return
+        if self._eq is None:
+            uri = f"{self.spec.data_location}/{self.spec.batch_id}-eqdel-00000.parquet"
+            self._eq = self._open(uri, self.spec.equality_schema)
+        self._append(self._eq, _conform(keys, self.spec.equality_schema))
+
+    def write_position_deletes(self, deletes: pa.Table) -> None:
+        """``deletes`` has (file_index, pos) sorted by both; the spec wants (file_path, pos)
+        order, which zero-padded data file names preserve."""
+        if deletes.num_rows == 0:
+            return
+        indexes = deletes.column("file_index").to_pylist()
+        paths = pa.array([self.data_path(i) for i in range(max(indexes) + 1)], type=pa.string())
+        file_path = paths.take(deletes.column("file_index"))
+        table = pa.Table.from_arrays([file_path, deletes.column("pos").cast(pa.int64())], names=["file_path", "pos"])
+        uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-00000.parquet"
+        handle = self._open(uri, self.spec.position_schema)
+        self._append(handle, _conform(table, self.spec.position_schema))
+        self._close(handle, CONTENT_POSITION_DELETES)
+
+    def _append(self, handle: _Open, rows: pa.Table) -> None:
+        handle.pending.append(rows)
+        handle.pending_rows += rows.num_rows
+        handle.records += rows.num_rows
+        if handle.pending_rows >= ROW_GROUP_ROWS:
+            self._flush(handle)
+
+    def _flush(self, handle: _Open) -> None:
+        if handle.pending_rows:
+            handle.writer.write_table(pa.concat_tables(handle.pending), row_group_size=max(handle.pending_rows, 1))
+        handle.pending = []
+        handle.pending_rows = 0
+
+    def _close(self, handle: _Open, content: int) -> None:
+        self._flush(handle)
+        handle.writer.close()
+        _, path = pafs.FileSystem.from_uri(handle.path)
+        size = self.fs.get_file_info(path).size or 0
+        self.written.append(WrittenFile(content=content, path=handle.path, records=handle.records, size=size))
+
+    def close(self) -> list[WrittenFile]:
+        for idx in sorted(self._data):
+            self._close(self._data.pop(idx), CONTENT_DATA)
+        if self._eq is not None:
+            self._close(self._eq, CONTENT_EQUALITY_DELETES)
+            self._eq = None
+        return self.written
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Select and cast columns to the file schema (Spark hands over string, not large_string,
+    and drops field-id metadata)."""
+    arrays = [rows.column(f.name).cast(f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)

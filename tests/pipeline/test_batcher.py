@@ -1,0 +1,45 @@
+from replicator.config import BatchConfig
+from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.pipeline.batcher import Batcher
+
+
+def ev(i: int, tx: str | None, last: bool, table: str = "s.t") -> ChangeEvent:
+    return ChangeEvent(
+        table=table, op=Op.CREATE, after={"id": i}, position=SourcePosition(source="x", parts=(i,)),
+        tx_id=tx, last_in_tx=last,
+    )
+
+
+def test_batch_closes_only_at_transaction_boundary() -> None:
+    b = Batcher(BatchConfig(max_events=2))
+    assert b.add(ev(1, "a", False)) is None
+    assert b.add(ev(2, "a", False)) is None  # limit reached inside a transaction: keep going
+    batch = b.add(ev(3, "a", True))
+    assert batch is not None
+    assert batch.event_count == 3
+    assert batch.end_position.parts == (3,)
+
+
+def test_events_without_transactions_are_each_a_boundary() -> None:
+    b = Batcher(BatchConfig(max_events=2))
+    assert b.add(ev(1, None, False)) is None
+    batch = b.add(ev(2, None, False, table="s.u"))
+    assert batch is not None and batch.tables == ("s.t", "s.u")
+
+
+def test_flush_only_at_boundary() -> None:
+    b = Batcher(BatchConfig(max_events=100))
+    b.add(ev(1, "a", False))
+    assert b.flush() is None
+    b.add(ev(2, "a", True))
+    batch = b.flush()
+    assert batch is not None and batch.event_count == 2
+    assert b.pending == 0
+
+
+def test_age_limit() -> None:
+    now = [0.0]
+    b = Batcher(BatchConfig(max_events=100, max_seconds=5), clock=lambda: now[0])
+    assert b.add(ev(1, None, True)) is None
+    now[0] = 6.0
+    assert b.add(ev(2, None, True)) is not None
