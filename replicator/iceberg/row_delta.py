@@ -1,0 +1,365 @@
+"""Row-delta commits for pyiceberg: add data files and position/equality delete files at once.
+
+pyiceberg 0.12 can append data files but has no API that commits delete files. This module adds
+the equivalent of Iceberg Java's ``RowDelta``: one new snapshot that keeps every manifest of the
+parent snapshot and adds
+
+* one DATA manifest (content 0) with the new data files, and
+* one DELETES manifest (content 1) with the new position and equality delete files.
+
+Tables that set ``commit.manifest-merge.enabled=true`` get pyiceberg's merge of DATA manifests
+on top (see ``commit.manifest.min-count-to-merge``); DELETES manifests are never merged.
+
+All new entries are written with a null sequence number, so they inherit the snapshot's sequence
+number from the manifest list (spec: "sequence number inheritance"). Equality deletes therefore
+apply only to rows of earlier commits; position deletes also reach rows of the same commit.
+
+Concurrency: the commit asserts that the branch head is still the snapshot the caller based its
+work on (``AssertRefSnapshotId``); a conflict raises ``CommitConflictError`` and is never retried
+or rebased here, because a CDC batch must not be re-applied on top of a state it did not see.
+
+pyiceberg 0.12 internals this module depends on (re-check them when upgrading pyiceberg):
+
+* ``pyiceberg.table.update.snapshot._MergeAppendFiles`` (a ``_FastAppendFiles`` /
+  ``_SnapshotProducer``, plus ``_process_manifests()`` for manifest merging): the attributes
+  ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, the methods
+  ``_commit()`` (writes the manifest list and returns the snapshot updates plus the
+  ``AssertRefSnapshotId`` requirement), ``_manifests()``, ``_summary()``, ``_existing_manifests()``,
+  ``new_manifest_writer()``, ``new_manifest_output()`` and ``_clean_all_uncommitted()``.
+* ``pyiceberg.manifest.ManifestWriterV2``: subclassed to write a DELETES manifest (its
+  ``content()`` and the ``content`` key of its Avro metadata), and to declare
+  ``data_file.equality_ids`` as ``list<int>`` (its ``_with_partition()``), which Iceberg Java
+  needs to read equality delete entries (pyiceberg 0.12 writes ``list<long>``).
+* ``Transaction._apply()`` and ``Transaction.commit_transaction()``. The producer is deliberately
+  NOT registered with ``Transaction._register_snapshot_producer``: registered producers are rebuilt
+  on a newer head and retried after a ``CommitFailedException``, which would silently defeat the
+  expected-parent check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from typing import Final
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.snapshots import (
+    Operation,
+    Snapshot,
+    SnapshotSummaryCollector,
+    Summary,
+    update_snapshot_summaries,
+)
+from pyiceberg.table.update.snapshot import _MergeAppendFiles
+from pyiceberg.typedef import EMPTY_DICT, TableVersion
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+
+from replicator.errors import CommitConflictError
+
+__all__ = ["UNSET", "commit_row_delta"]
+
+
+class _Unset(Enum):
+    UNSET = "unset"
+
+
+# Default of ``expected_parent_snapshot_id``: "whatever head the given table object has loaded".
+UNSET: Final = _Unset.UNSET
+
+# Field ids of the manifest-entry schema (Iceberg spec, "Manifests").
+_DATA_FILE_FIELD_ID = 2
+_EQUALITY_IDS_FIELD_ID = 135
+_EQUALITY_IDS_ELEMENT_ID = 136
+
+_DELETE_CONTENTS = (DataFileContent.POSITION_DELETES, DataFileContent.EQUALITY_DELETES)
+
+# Summary keys that Iceberg itself writes; a caller's property must not shadow them.
+_RESERVED_SUMMARY_PREFIXES = (
+    "operation",
+    "added-",
+    "deleted-",
+    "removed-",
+    "total-",
+    "changed-partition-count",
+    "partition-summaries-included",
+    "partitions.",
+)
+
+
+def commit_row_delta(
+    table: Table,
+    *,
+    data_files: Iterable[DataFile],
+    delete_files: Iterable[DataFile],
+    snapshot_properties: Mapping[str, str],
+    expected_parent_snapshot_id: int | None | _Unset = UNSET,
+    branch: str = MAIN_BRANCH,
+) -> Snapshot:
+    """Commit new data files and delete files as ONE snapshot on ``branch``.
+
+    Args:
+        table: the table; on success its metadata is advanced to the new snapshot. After a
+            ``CommitConflictError`` it is stale and must be reloaded.
+        data_files: files with content DATA (see ``replicator.iceberg.files``).
+        delete_files: files with content POSITION_DELETES or EQUALITY_DELETES.
+        snapshot_properties: extra summary entries, e.g. ``{"replicator.position": "..."}``.
+        expected_parent_snapshot_id: the branch head the caller's work is based on (``None``: the
+            branch has no snapshot yet). Defaults to the head of ``table``'s loaded metadata.
+        branch: the branch to commit to.
+
+    Returns:
+        The new snapshot. Its operation is ``append`` (data only, or nothing at all: an empty
+        batch still records its properties), ``delete`` (deletes only) or ``overwrite`` (both),
+        as in Iceberg Java's ``BaseRowDelta`` since 1.11 (1.10 says ``overwrite`` for data only).
+
+    Raises:
+        CommitConflictError: the branch head is not ``expected_parent_snapshot_id`` (checked
+            before writing anything, and atomically again by the catalog).
+        ValueError: invalid files or properties.
+    """
+    data = list(data_files)
+    deletes = list(delete_files)
+    properties = dict(snapshot_properties)
+    _check_files(table, data, deletes)
+    _check_properties(properties)
+
+    table_name = ".".join(table.name())
+    head = table.metadata.snapshot_by_name(branch)
+    head_id = head.snapshot_id if head is not None else None
+    if expected_parent_snapshot_id is not UNSET and expected_parent_snapshot_id != head_id:
+        raise CommitConflictError(
+            f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
+            table=table_name,
+            hint="another writer committed, or the table object is stale; reload the table "
+            "and decide whether this batch still applies",
+        )
+
+    transaction = table.transaction()
+    producer = _RowDeltaProducer(transaction, table, data, deletes, properties, branch)
+    try:
+        # Writes both manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
+        # the AssertRefSnapshotId(head_id) requirement the catalog checks atomically.
+        updates, requirements = producer._commit()
+    except BaseException:
+        producer._clean_all_uncommitted()
+        raise
+
+    try:
+        transaction._apply(updates, requirements)  # stage only (no autocommit)
+        transaction.commit_transaction()
+    except CommitFailedException as exc:
+        # CommitFailedException means the catalog did not take the commit: our files are garbage.
+        # Anything else (e.g. CommitStateUnknownException) propagates and leaves them in place.
+        producer._clean_all_uncommitted()
+        raise CommitConflictError(
+            f"catalog rejected the commit on branch {branch!r} based on snapshot {head_id}: {exc}",
+            table=table_name,
+            hint="another writer committed first; reload the table and decide whether this "
+            "batch still applies",
+        ) from exc
+
+    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
+    if snapshot is None:  # pragma: no cover - the catalog accepted the commit
+        raise RuntimeError(f"committed snapshot {producer.snapshot_id} not found in {table_name}")
+    return snapshot
+
+
+def _operation(data: list[DataFile], deletes: list[DataFile]) -> Operation:
+    if deletes and not data:
+        return Operation.DELETE
+    if deletes:
+        return Operation.OVERWRITE
+    return Operation.APPEND
+
+
+def _check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> None:
+    for data_file in data:
+        if data_file.content != DataFileContent.DATA:
+            raise ValueError(
+                f"{data_file.file_path}: data_files entry has content {data_file.content!r}"
+            )
+    for delete_file in deletes:
+        if delete_file.content not in _DELETE_CONTENTS:
+            raise ValueError(f"{delete_file.file_path}: delete_files entry has content DATA")
+        if delete_file.content == DataFileContent.EQUALITY_DELETES and not delete_file.equality_ids:
+            raise ValueError(f"{delete_file.file_path}: equality delete file without equality_ids")
+    if deletes and table.metadata.format_version != 2:
+        # v1 has no delete files; v3 requires deletion vectors instead of position-delete files.
+        raise ValueError(
+            f"delete files need format-version 2, table has {table.metadata.format_version}"
+        )
+
+    default_spec_id = table.metadata.default_spec_id
+    seen: set[str] = set()
+    for content_file in [*data, *deletes]:
+        spec_id = _spec_id(content_file, default_spec_id)
+        if spec_id != default_spec_id:
+            raise ValueError(
+                f"{content_file.file_path}: spec id {spec_id}, table default is {default_spec_id}"
+            )
+        # A file listed twice in a snapshot makes scans undefined.
+        if content_file.file_path in seen:
+            raise ValueError(f"{content_file.file_path}: listed more than once in one commit")
+        seen.add(content_file.file_path)
+
+
+def _spec_id(content_file: DataFile, default: int) -> int:
+    # DataFile.from_args does not set spec_id; files built that way carry none.
+    try:
+        return content_file.spec_id
+    except AttributeError:
+        return default
+
+
+def _check_properties(properties: dict[str, str]) -> None:
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"snapshot property {key!r}={value!r}: keys and values must be str")
+        if key.startswith(_RESERVED_SUMMARY_PREFIXES):
+            raise ValueError(f"snapshot property {key!r} would shadow an Iceberg summary field")
+
+
+def _with_int_equality_ids(entry_schema: Schema) -> Schema:
+    """The manifest-entry schema with ``data_file.equality_ids`` as ``list<int>``.
+
+    pyiceberg 0.12 declares it ``list<long>`` (apache/iceberg-python#3840, fixed upstream by
+    #3842); Iceberg Java then fails on equality delete entries with "Long cannot be cast to
+    Integer" (BaseFile/ArrayUtil.toIntArray). Avro encodes int and long alike, so only the
+    declared schema changes, and pyiceberg still reads it (int promotes to long).
+    """
+
+    def fix(data_file_field: NestedField) -> NestedField:
+        if data_file_field.field_id != _EQUALITY_IDS_FIELD_ID:
+            return data_file_field
+        list_type = ListType(
+            element_id=_EQUALITY_IDS_ELEMENT_ID, element_type=IntegerType(), element_required=True
+        )
+        return data_file_field.model_copy(update={"field_type": list_type})
+
+    fields = []
+    for entry_field in entry_schema.fields:
+        if entry_field.field_id == _DATA_FILE_FIELD_ID and isinstance(
+            entry_field.field_type, StructType
+        ):
+            struct = StructType(*[fix(f) for f in entry_field.field_type.fields])
+            entry_field = entry_field.model_copy(update={"field_type": struct})
+        fields.append(entry_field)
+    return Schema(*fields, schema_id=entry_schema.schema_id)
+
+
+class _DataManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer with the spec's ``list<int>`` type for equality_ids."""
+
+    def _with_partition(self, format_version: TableVersion) -> Schema:
+        # Used for both the file schema and the record schema of the Avro writer.
+        return _with_int_equality_ids(super()._with_partition(format_version))
+
+
+class _DeleteManifestWriter(_DataManifestWriter):
+    """A v2 manifest writer for delete files (manifest content DELETES)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        # Iceberg Java reads the "content" key of the manifest's Avro metadata.
+        return {**super()._meta, "content": "deletes"}
+
+
+class _RowDeltaProducer(_MergeAppendFiles):
+    """An append that also writes a DELETES manifest.
+
+    Inherited: ``_existing_manifests`` (every parent manifest that still has live files),
+    ``_deleted_entries`` (none), the no-op concurrency validation, and ``_process_manifests``,
+    which merges DATA manifests when the table sets ``commit.manifest-merge.enabled=true``
+    (pyiceberg's default is false; it never merges DELETES manifests). Merged entries keep
+    their data sequence numbers, so equality-delete semantics are unchanged.
+    """
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        table: Table,
+        data: list[DataFile],
+        deletes: list[DataFile],
+        properties: dict[str, str],
+        branch: str,
+    ) -> None:
+        super().__init__(
+            operation=_operation(data, deletes),
+            transaction=transaction,
+            io=table.io,
+            snapshot_properties=properties,
+            branch=branch,
+        )
+        self._added_data_files = data
+        self._added_delete_files = deletes
+
+    def _manifests(self) -> list[ManifestFile]:
+        spec = self._transaction.table_metadata.spec()
+        new_manifests: list[ManifestFile] = []
+        v2 = self._transaction.table_metadata.format_version == 2
+        if self._added_data_files:
+            writer = self._new_writer(_DataManifestWriter) if v2 else self.new_manifest_writer(spec)
+            new_manifests.append(self._write_added(writer, self._added_data_files))
+        if self._added_delete_files:  # v2 only, checked by _check_files
+            writer = self._new_writer(_DeleteManifestWriter)
+            new_manifests.append(self._write_added(writer, self._added_delete_files))
+        return self._process_manifests(new_manifests + self._existing_manifests())
+
+    def _new_writer(self, writer_class: type[_DataManifestWriter]) -> ManifestWriter:
+        return writer_class(
+            spec=self._transaction.table_metadata.spec(),
+            schema=self.schema(),
+            output_file=self.new_manifest_output(),  # tracked for cleanup on failure
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )
+
+    def _write_added(self, writer: ManifestWriter, files: list[DataFile]) -> ManifestFile:
+        with writer:
+            for content_file in files:
+                writer.add_entry(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=self._snapshot_id,
+                        # null: inherit the snapshot's sequence number from the manifest list
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=content_file,
+                    )
+                )
+        return writer.to_manifest_file()
+
+    def _summary(self, snapshot_properties: Mapping[str, str] = EMPTY_DICT) -> Summary:
+        metadata = self._transaction.table_metadata
+        collector = SnapshotSummaryCollector()
+        # The collector counts data files and both kinds of delete files (added-delete-files,
+        # added-position-deletes, added-equality-deletes, ...).
+        for content_file in [*self._added_data_files, *self._added_delete_files]:
+            collector.add_file(
+                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
+            )
+        parent = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
+        return update_snapshot_summaries(
+            summary=Summary(operation=self._operation, **collector.build(), **snapshot_properties),
+            previous_summary=parent.summary if parent is not None else None,
+        )

@@ -1,0 +1,1 @@
+"""Spark + Iceberg Java helpers (runtime jars, shared local session)."""
