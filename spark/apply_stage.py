@@ -50,16 +50,22 @@ class StageResult:
 
 def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        data_schema = pa.schema([spec.writer.data_schema.field(n) for n in spec.data_columns])
-        mapper = BatchMapper(spec.key_columns, data_schema, spec.policy)
         writer = TableFileWriter(spec.writer)
+        mapper: BatchMapper | None = None
         for batch in batches:
+            if mapper is None:
+                # Types as they arrive (Spark hands over string, not large_string); the file
+                # writer casts to the Iceberg file schema.
+                data_schema = pa.schema([batch.schema.field(n) for n in spec.data_columns])
+                mapper = BatchMapper(spec.key_columns, data_schema, spec.policy)
             if batch.num_rows == 0:
                 continue
             chunk = mapper.map_chunk(batch)
             for piece in chunk.data:
                 writer.write_data(piece.file_index, piece.rows)
             writer.write_equality_deletes(chunk.equality_deletes)
+        if mapper is None:
+            return
         tail = mapper.finish()
         writer.write_position_deletes(tail.position_deletes)
         files = writer.close()

@@ -106,6 +106,10 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
         if _tmp_dir is None:
             _tmp_dir = _make_tmp_dir()
             atexit.register(_shutdown)
+        # Local mode reads the worker interpreter from PYSPARK_PYTHON (the conf key below is
+        # only honoured by spark-submit); without it workers run a system python3 that lacks
+        # pyarrow and the project.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
         builder = SparkSession.builder
         for key, value in spark_conf(app_name, _tmp_dir).items():
             builder = builder.config(key, value)

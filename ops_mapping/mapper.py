@@ -1,0 +1,356 @@
+"""One table's ordered change events of one batch -> data rows, position and equality deletes.
+
+Iceberg v2 rules the mapping relies on (all files of a commit share one data sequence number):
+an equality delete removes rows with an equal key from data files of a *strictly lower*
+sequence number, so it can only remove rows of earlier batches; a position delete removes one
+row of one file with a sequence number <= its own, so it is the only way to remove a row this
+batch wrote. Hence the key -> position map of rows written by this batch (like Iceberg's
+BaseEqualityDeltaWriter and the Flink upsert sink).
+
+Per event, in sequence order (``eq-delete k`` means: unless k was already equality-deleted in
+this batch, once is enough):
+
+- 'c' / 'r': k written this batch -> position-delete that row; else if the policy upserts this
+  op -> eq-delete k. Then write the row and remember k -> its position.
+- 'u': delete the BEFORE key (position delete if written this batch, else eq-delete), then
+  write the AFTER row as for 'c' (position-deleting an earlier row of the after key). A key
+  change upserts the new key only if ``upsert_creates`` (it is then an insert of a new key).
+- 'd': BEFORE key written this batch -> position-delete it and forget it; else eq-delete.
+
+The Python loop touches only ops and keys; rows move through Arrow filter/slice/take.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops_mapping.contract import (
+    OP_COLUMN,
+    OPS,
+    POSITION_DELETE_INDEX_SCHEMA,
+    RESERVED_PREFIX,
+    SEQ_COLUMN,
+    DataSlice,
+    MappedChunk,
+    MappedTail,
+    MappingPolicy,
+    MappingStats,
+    before_key_column,
+)
+from ops_mapping.errors import OpsMappingError
+from ops_mapping.key_map import KeyPositionMap
+from ops_mapping.sizing import FileRoller, RowSizeEstimator
+
+_OPS_ARRAY = pa.array(OPS, pa.string())
+_BEFORE_OPS = pa.array(["u", "d"], pa.string())
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Where the contract's columns sit in one input schema."""
+
+    seq: int
+    op: int
+    after_keys: tuple[int, ...]
+    before_keys: tuple[int, ...]
+    data: tuple[int, ...]
+
+
+class BatchMapper:
+    """Maps one table's events of one batch; feed chunks in order, then call ``finish`` once."""
+
+    def __init__(
+        self,
+        key_columns: Sequence[str],
+        data_schema: pa.Schema,
+        policy: MappingPolicy | None = None,
+    ) -> None:
+        self.key_columns = tuple(key_columns)
+        self.data_schema = data_schema
+        self.policy = policy if policy is not None else MappingPolicy()
+        _check_schema(self.key_columns, data_schema)
+        self._key_schema = pa.schema([data_schema.field(k) for k in self.key_columns])
+        self._keys = KeyPositionMap(len(self.key_columns))
+        self._roller = FileRoller(self.policy.target_file_bytes, self._keys.file_starts)
+        self._sizes = RowSizeEstimator(data_schema)
+        self._eq_deleted: set[Hashable] = set()
+        self._pos_ordinals: list[int] = []  # batch ordinals of position-deleted rows
+        self._events = 0
+        self._last_seq: int | None = None
+        self._finished = False
+
+    @property
+    def key_positions(self) -> KeyPositionMap:
+        """Keys written by this batch so far and where their live row is."""
+        return self._keys
+
+    def map_chunk(self, events: pa.RecordBatch) -> MappedChunk:
+        """Map the next RecordBatch of this batch's events (state carries over chunks)."""
+        if self._finished:
+            raise OpsMappingError("map_chunk after finish: start a new BatchMapper per batch")
+        if not isinstance(events, pa.RecordBatch):
+            raise TypeError(f"expected a pyarrow.RecordBatch, got {type(events).__name__}")
+        cols = self._locate(events.schema)
+        n = events.num_rows
+        if n == 0:
+            return MappedChunk((), self._key_schema.empty_table())
+        seq, ops = self._validate(events, cols)
+        is_delete = pc.equal(ops, "d")
+        deletes = pc.sum(is_delete).as_py() or 0
+        needs_before = deletes + (pc.sum(pc.equal(ops, "u")).as_py() or 0)
+        after_arrays = [events.column(i) for i in cols.after_keys]
+        before_arrays = [
+            self._key_typed(events, i, k)
+            for i, k in zip(cols.before_keys, self.key_columns, strict=True)
+        ]
+        _check_keys(seq, ops, pc.invert(is_delete), after_arrays, "after")
+        _check_keys(seq, ops, pc.is_in(ops, value_set=_BEFORE_OPS), before_arrays, "before")
+
+        # Validation is done: from here on state changes and nothing raises.
+        after = _key_values(after_arrays) if deletes < n else repeat(None, n)
+        before = _key_values(before_arrays) if needs_before else repeat(None, n)
+        first_ordinal = self._roller.rows
+        eq_idx = self._apply(ops.to_pylist(), before, after, n)
+        self._events += n
+        self._last_seq = seq[n - 1].as_py()
+
+        data = events.select(list(cols.data))
+        if deletes:
+            data = data.filter(pc.invert(is_delete))
+        rows = pa.Table.from_arrays(data.columns, schema=self.data_schema)
+        constant, extra = self._sizes.estimate(rows)
+        slices = tuple(
+            DataSlice(p.file_index, p.first_pos, rows.slice(p.offset, p.length))
+            for p in self._roller.place(rows.num_rows, constant, extra)
+        )
+        assert self._roller.rows - first_ordinal == rows.num_rows
+        return MappedChunk(slices, self._equality_table(eq_idx, before_arrays, after_arrays, n))
+
+    def _apply(
+        self, ops: list[str], before: Iterable[Any], after: Iterable[Any], n: int
+    ) -> list[int]:
+        """The hot loop. Returns equality-delete sources: i = before key of event i, n + i =
+        after key of event i. Appends position deletes and advances the row ordinal."""
+        live = self._keys.live
+        eq_done = self._eq_deleted
+        # Bound methods: attribute look-ups are a measurable share of this loop.
+        live_pop, live_get = live.pop, live.get
+        eq_add = eq_done.add
+        pos_delete = self._pos_ordinals.append
+        upsert_c = self.policy.upsert_creates
+        upsert_r = self.policy.upsert_reads
+        eq_idx: list[int] = []
+        eq_source = eq_idx.append
+        ordinal = self._roller.rows
+        for i, (op, bk, ak) in enumerate(zip(ops, before, after, strict=True)):
+            if op == "u" or op == "d":
+                old = live_pop(bk, None)
+                if old is not None:
+                    pos_delete(old)
+                elif bk not in eq_done:
+                    eq_add(bk)
+                    eq_source(i)
+                if op == "d":
+                    continue
+                upsert = upsert_c and ak != bk
+            else:
+                upsert = upsert_c if op == "c" else upsert_r
+            old = live_get(ak)
+            if old is not None:
+                pos_delete(old)
+            elif upsert and ak not in eq_done:
+                eq_add(ak)
+                eq_source(n + i)
+            live[ak] = ordinal
+            ordinal += 1
+        return eq_idx
+
+    def finish(self) -> MappedTail:
+        """End the batch: sorted position deletes and totals. Frees the key map."""
+        if self._finished:
+            raise OpsMappingError("finish called twice")
+        self._finished = True
+        ordinals = sorted(self._pos_ordinals)
+        starts = self._keys.file_starts
+        files: list[pa.Array] = []
+        positions: list[pa.Array] = []
+        all_ordinals = pa.array(ordinals, pa.int64())
+        for f, start in enumerate(starts):
+            lo = bisect_left(ordinals, start)
+            hi = bisect_left(ordinals, starts[f + 1]) if f + 1 < len(starts) else len(ordinals)
+            if hi > lo:
+                files.append(pa.array([f] * (hi - lo), pa.int32()))
+                positions.append(pc.subtract(all_ordinals.slice(lo, hi - lo), start))
+        position_deletes = pa.Table.from_arrays(
+            [pa.concat_arrays(files), pa.concat_arrays(positions)]
+            if files
+            else [pa.array([], pa.int32()), pa.array([], pa.int64())],
+            schema=POSITION_DELETE_INDEX_SCHEMA,
+        )
+        stats = MappingStats(
+            events=self._events,
+            rows_written=self._roller.rows,
+            position_deletes=len(ordinals),
+            equality_deletes=len(self._eq_deleted),
+            data_files=len(self._roller.file_rows),
+        )
+        tail = MappedTail(
+            position_deletes,
+            stats,
+            tuple(self._roller.file_rows),
+            tuple(self._roller.file_bytes),
+        )
+        # Only the tail is needed from here on; drop the per-key memory now.
+        self._keys.live.clear()
+        self._eq_deleted.clear()
+        self._pos_ordinals.clear()
+        return tail
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _locate(self, schema: pa.Schema) -> _Columns:
+        names = schema.names
+        index = {name: i for i, name in enumerate(names)}
+        if len(index) != len(names):
+            raise OpsMappingError(f"duplicate column names in events: {names}")
+        required = [SEQ_COLUMN, OP_COLUMN, *map(before_key_column, self.key_columns)]
+        missing = [c for c in required if c not in index]
+        data_names = [n for n in names if not n.startswith(RESERVED_PREFIX)]
+        expected = self.data_schema.names
+        missing += [c for c in expected if c not in index]
+        unexpected = sorted(set(data_names) - set(expected))
+        if missing or unexpected:
+            raise OpsMappingError(
+                f"events do not match the contract: missing columns {missing}, "
+                f"unexpected data columns {unexpected}"
+            )
+        for name in expected:
+            got = schema.field(name).type
+            want = self.data_schema.field(name).type
+            if got != want:
+                raise OpsMappingError(f"column {name!r} has type {got}, data schema says {want}")
+        return _Columns(
+            seq=index[SEQ_COLUMN],
+            op=index[OP_COLUMN],
+            after_keys=tuple(index[k] for k in self.key_columns),
+            before_keys=tuple(index[before_key_column(k)] for k in self.key_columns),
+            data=tuple(index[name] for name in expected),
+        )
+
+    def _key_typed(self, events: pa.RecordBatch, i: int, key: str) -> pa.Array:
+        """A before-key column in its key's type (equal Python values -> equal dict keys)."""
+        column = events.column(i)
+        want = self.data_schema.field(key).type
+        if column.type == want:
+            return column
+        try:
+            return column.cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise OpsMappingError(
+                f"column {before_key_column(key)!r} of type {column.type} does not cast to "
+                f"the key type {want}: {exc}"
+            ) from exc
+
+    def _validate(self, events: pa.RecordBatch, cols: _Columns) -> tuple[pa.Array, pa.Array]:
+        seq = events.column(cols.seq)
+        if not pa.types.is_integer(seq.type):
+            raise OpsMappingError(f"{SEQ_COLUMN} must be an integer column, got {seq.type}")
+        seq = seq.cast(pa.int64())
+        if seq.null_count:
+            raise OpsMappingError(f"{SEQ_COLUMN} has nulls")
+        steps = pc.pairwise_diff(seq)  # steps[i] = seq[i] - seq[i - 1], steps[0] is null
+        if len(seq) > 1 and pc.min(steps).as_py() <= 0:
+            bad = pc.index(pc.fill_null(pc.less_equal(steps, 0), False), True).as_py()
+            raise OpsMappingError(
+                f"{SEQ_COLUMN} must increase: {seq[bad - 1].as_py()} is followed by "
+                f"{seq[bad].as_py()}",
+                seq=seq[bad].as_py(),
+            )
+        first = seq[0].as_py()
+        if self._last_seq is not None and first <= self._last_seq:
+            raise OpsMappingError(
+                f"{SEQ_COLUMN} must increase across chunks: previous chunk ended at "
+                f"{self._last_seq}",
+                seq=first,
+            )
+        ops = events.column(cols.op)
+        if not (pa.types.is_string(ops.type) or pa.types.is_large_string(ops.type)) and not (
+            pa.types.is_dictionary(ops.type)
+        ):
+            raise OpsMappingError(f"{OP_COLUMN} must be a string column, got {ops.type}")
+        if ops.type != pa.string():
+            ops = ops.cast(pa.string())
+        valid = pc.fill_null(pc.is_in(ops, value_set=_OPS_ARRAY), False)
+        if not pc.all(valid).as_py():
+            bad = pc.index(valid, False).as_py()
+            raise OpsMappingError(
+                f"unknown {OP_COLUMN} value, expected one of {OPS}",
+                seq=seq[bad].as_py(),
+                op=ops[bad].as_py(),
+            )
+        return seq, ops
+
+    def _equality_table(
+        self, eq_idx: list[int], before: list[pa.Array], after: list[pa.Array], n: int
+    ) -> pa.Table:
+        if not eq_idx:
+            return self._key_schema.empty_table()
+        if max(eq_idx) < n:
+            sources, indices = before, pa.array(eq_idx, pa.int64())
+        elif min(eq_idx) >= n:
+            sources, indices = after, pc.subtract(pa.array(eq_idx, pa.int64()), n)
+        else:
+            sources = [pa.concat_arrays([b, a]) for b, a in zip(before, after, strict=True)]
+            indices = pa.array(eq_idx, pa.int64())
+        return pa.Table.from_arrays([pc.take(s, indices) for s in sources], schema=self._key_schema)
+
+
+def _check_schema(key_columns: tuple[str, ...], data_schema: pa.Schema) -> None:
+    if not key_columns:
+        raise OpsMappingError("key_columns is empty: row-level deletes need a key")
+    if len(set(key_columns)) != len(key_columns):
+        raise OpsMappingError(f"duplicate key columns {key_columns}")
+    names = data_schema.names
+    if len(set(names)) != len(names):
+        raise OpsMappingError(f"duplicate column names in data schema: {names}")
+    reserved = [n for n in names if n.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise OpsMappingError(f"data columns may not start with {RESERVED_PREFIX!r}: {reserved}")
+    absent = [k for k in key_columns if k not in names]
+    if absent:
+        raise OpsMappingError(f"key columns {absent} are not in the data schema {names}")
+
+
+def _key_values(arrays: list[pa.Array]) -> list[Any]:
+    """Python key per row: the bare value for one key column, else a tuple."""
+    if len(arrays) == 1:
+        return arrays[0].to_pylist()
+    return list(zip(*(a.to_pylist() for a in arrays), strict=True))
+
+
+def _check_keys(
+    seq: pa.Array, ops: pa.Array, needed: pa.Array, arrays: list[pa.Array], side: str
+) -> None:
+    """Raise for the first event that needs a key (``needed``) but has a null in it."""
+    nulls = [pc.is_null(a) for a in arrays if a.null_count]
+    if not nulls:
+        return
+    any_null = nulls[0]
+    for more in nulls[1:]:
+        any_null = pc.or_(any_null, more)
+    bad_mask = pc.and_(needed, any_null)
+    if pc.any(bad_mask).as_py():
+        bad = pc.index(bad_mask, True).as_py()
+        raise OpsMappingError(
+            f"null value in the {side} key of a {ops[bad].as_py()!r} event, which needs it",
+            seq=seq[bad].as_py(),
+            op=ops[bad].as_py(),
+            key=tuple(a[bad].as_py() for a in arrays),
+        )
