@@ -7,6 +7,7 @@ the position can never disagree with the data.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 POSITION_PROPERTY = "replicator.position"
 WRITER_PROPERTY = "replicator.writer-id"
+FENCING_PROPERTY = "replicator.fencing-token"
 SOURCE_TABLE_PROPERTY = "replicator.source-table"
 
 TABLE_PROPERTIES = {
@@ -86,10 +88,8 @@ def engine_type(t: IcebergType) -> str:
 
 def open_catalog(cfg: IcebergConfig) -> Catalog:
     catalog = SqlCatalog(cfg.catalog_name, uri=cfg.catalog_uri, warehouse=cfg.warehouse)
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(cfg.namespace)
-    except NamespaceAlreadyExistsError:
-        pass
     return catalog
 
 

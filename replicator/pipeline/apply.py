@@ -35,6 +35,7 @@ from replicator.iceberg.files import (
 )
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import (
+    FENCING_PROPERTY,
     POSITION_PROPERTY,
     WRITER_PROPERTY,
     TableManager,
@@ -45,8 +46,12 @@ from replicator.iceberg.tables import (
 )
 from replicator.pipeline.staging import stage_events
 from spark.apply_stage import StageResult, StageSpec, apply_local, apply_with_spark
-from spark.file_writer import CONTENT_DATA, CONTENT_EQUALITY_DELETES, CONTENT_POSITION_DELETES
-from spark.file_writer import WriterSpec
+from spark.file_writer import (
+    CONTENT_DATA,
+    CONTENT_EQUALITY_DELETES,
+    CONTENT_POSITION_DELETES,
+    WriterSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,8 @@ class ApplyContext:
     engine: str  # "spark" or "local"
     target_file_bytes: int
     spark: Any = None
+    upsert_reads: bool = True  # see ChangeSource.reads_may_repeat
+    fencing_token: int | None = None
     totals: dict[str, TableTotals] = field(default_factory=dict)
 
 
@@ -149,7 +156,7 @@ def _run_stage(ctx: ApplyContext, state: TableState, staged: Any) -> StageResult
         ),
         key_columns=state.key_columns,
         data_columns=tuple(f.name for f in schema.fields),
-        policy=MappingPolicy(target_file_bytes=ctx.target_file_bytes),
+        policy=MappingPolicy(target_file_bytes=ctx.target_file_bytes, upsert_reads=ctx.upsert_reads),
     )
     if ctx.engine == "local":
         return apply_local(staged, spec)
@@ -163,13 +170,29 @@ def _run_stage(ctx: ApplyContext, state: TableState, staged: Any) -> StageResult
         shutil.rmtree(stage_dir, ignore_errors=True)
 
 
+def _check_fence(ctx: ApplyContext, state: TableState, parent: Any) -> None:
+    """A newer owner of the source (higher token) has committed: this engine is a zombie."""
+    if ctx.fencing_token is None or parent is None or parent.summary is None:
+        return
+    theirs = parent.summary.additional_properties.get(FENCING_PROPERTY)
+    if theirs is not None and int(theirs) > ctx.fencing_token:
+        raise FencedError(
+            f"a newer engine (fencing token {theirs} > ours {ctx.fencing_token}) owns this table",
+            table=state.source_table,
+            hint="stop this engine; the other one is replicating",
+        )
+
+
 def _commit(
     ctx: ApplyContext, state: TableState, data_files: list, delete_files: list, end: SourcePosition
 ) -> None:
     props = {POSITION_PROPERTY: end.to_json(), WRITER_PROPERTY: ctx.writer_id}
+    if ctx.fencing_token is not None:
+        props[FENCING_PROPERTY] = str(ctx.fencing_token)
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
         table: Table = state.table
         parent = table.current_snapshot()
+        _check_fence(ctx, state, parent)
         try:
             commit_row_delta(
                 table,

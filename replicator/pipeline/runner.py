@@ -58,7 +58,8 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
 
         assert src.dsn is not None
         return PostgresSource(
-            src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication, tables=src.tables
+            src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
+            tables=src.tables, state_dir=cfg.state_dir,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
 
@@ -176,6 +177,8 @@ class Replicator:
 
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
+        self.ctx.upsert_reads = self.source.reads_may_repeat
+        self.ctx.fencing_token = self.source.fencing_token
         for table in batch.tables:
             apply_table(self.ctx, batch.events[table], batch.end_position)
             self.committed[table] = batch.end_position

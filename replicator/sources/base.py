@@ -21,6 +21,14 @@ class ChangeSource(ABC):
     """
 
     kind: str = "abstract"
+    #: True when a snapshot row ('r') may repeat a row already in Iceberg (a resumed or redone
+    #: snapshot): the pipeline then applies 'r' as an upsert (equality delete + insert). A
+    #: source that knows its snapshot is consistent with its stream sets it False, sparing an
+    #: equality delete per snapshot row.
+    reads_may_repeat: bool = True
+    #: A number that only grows with each new owner of the source (e.g. a Postgres xid taken
+    #: when the slot lock was acquired). Commits carry it; a lower one is refused (fencing).
+    fencing_token: int | None = None
 
     def __init__(self, dead_letters: DeadLetterSink) -> None:
         self.dead_letters = dead_letters

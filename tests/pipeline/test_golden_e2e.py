@@ -3,20 +3,19 @@ judged by Apache Iceberg Java (Spark) and DuckDB against the source model."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from collections.abc import Mapping
-
 from replicator.config import RunConfig, load_config
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import SourcePosition
-from replicator.sources.debezium_files import DebeziumFileSource
 from replicator.iceberg.tables import POSITION_PROPERTY, open_catalog
 from replicator.pipeline.runner import Replicator, RunSummary
+from replicator.sources.debezium_files import DebeziumFileSource
 from tests.judges import duckdb_rows, spark_rows
 from tests.pipeline.dbz import ChangeLog
 

@@ -1,0 +1,359 @@
+"""From decoded pgoutput messages to ChangeEvents: relations, transactions, positions, keys,
+unchanged TOAST values and dead letters. No I/O except the ``fetch_current`` callback.
+
+Ordering: a row change becomes a *pending* event and is handed out when the next change of
+its transaction (``last_in_tx=False``) or its Commit (``last_in_tx=True``) arrives, so the
+last emitted event of a transaction always carries the flag, even when later changes of the
+transaction are skipped or dead-lettered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from replicator.errors import BadInputError, TerminalError
+from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.sources.postgres.pgoutput import (
+    PG_EPOCH_US,
+    UNCHANGED_TOAST,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    PgOutputMessage,
+    Relation,
+    Truncate,
+    TupleData,
+    Update,
+)
+from replicator.sources.postgres.setup import TableInfo
+from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
+from replicator.sources.postgres.types import RowConverter, TypeMapper, ValueConversionError
+
+log = logging.getLogger(__name__)
+_setattr = object.__setattr__
+Parts = tuple[int, int]
+# A change held back until the next one or the commit: make_event's arguments but ``last``.
+Pending = tuple[
+    str, Op, Mapping[str, Any] | None, Mapping[str, Any] | None, Parts, TableSchema | None, int, str
+]
+_EVENT_FIELDS = frozenset(
+    ("table", "op", "before", "after", "position", "schema_", "ts_ms", "tx_id", "last_in_tx")
+)
+
+
+def make_event(
+    table: str,
+    op: Op,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    parts: Parts,
+    schema: TableSchema | None,
+    ts_ms: int | None,
+    tx_id: str | None,
+    last: bool,
+) -> ChangeEvent:
+    """A ChangeEvent without pydantic re-validation (about 6x cheaper with 10 columns: the
+    validated constructor copies both row dicts). The callers uphold the invariants (after
+    for c/r/u, before for d); a test compares the result with the validated constructor."""
+    pos = object.__new__(SourcePosition)
+    _setattr(pos, "__dict__", {"source": "postgres", "parts": parts})
+    _setattr(pos, "__pydantic_fields_set__", {"source", "parts"})
+    _setattr(pos, "__pydantic_extra__", None)
+    _setattr(pos, "__pydantic_private__", None)
+    ev = object.__new__(ChangeEvent)
+    _setattr(ev, "__dict__", {
+        "table": table, "op": op, "before": before, "after": after, "position": pos,
+        "schema_": schema, "ts_ms": ts_ms, "tx_id": tx_id, "last_in_tx": last,
+    })  # fmt: skip
+    _setattr(ev, "__pydantic_fields_set__", set(_EVENT_FIELDS))
+    _setattr(ev, "__pydantic_extra__", None)
+    _setattr(ev, "__pydantic_private__", None)
+    return ev
+
+
+@dataclass
+class SourceStats:
+    snapshot_rows: int = 0
+    changes: int = 0
+    skipped: int = 0  # at or below a committed / already handed-out position
+    dead_letters: int = 0
+    truncates: int = 0
+    toast_from_old_image: int = 0
+    toast_from_cache: int = 0
+    toast_fetched: int = 0
+    toast_superseded: int = 0
+    reconnects: int = 0
+
+
+@dataclass
+class RelState:
+    """What the source knows about one relation of the stream (or one snapshot table)."""
+
+    table: str
+    selected: bool
+    schema: TableSchema | None = None
+    rows: RowConverter | None = None
+    key_idx: tuple[int, ...] = ()
+    type_oids: tuple[int, ...] = ()
+
+
+def build_rel(
+    mapper: TypeMapper, table: str, columns: list[tuple[str, int, int]], key: tuple[str, ...]
+) -> RelState:
+    """One mapping for stream and snapshot, so both produce equal TableSchemas."""
+    maps = [mapper.column(n, oid, mod, key=n in key) for n, oid, mod in columns]
+    names = [c[0] for c in columns]
+    schema = TableSchema(table=table, columns=tuple(m.spec for m in maps), key_columns=key)
+    return RelState(
+        table, True, schema, RowConverter(names, [m.convert for m in maps]),
+        tuple(names.index(k) for k in key), tuple(c[1] for c in columns),
+    )  # fmt: skip
+
+
+def key_for(
+    info: TableInfo, names: list[str], flagged: tuple[str, ...], identity: str
+) -> tuple[str, ...]:
+    """The engine's key: the primary key, unless the replica identity is an index other than
+    it (then old images only carry that index's columns). FULL without a PK: every column."""
+    if info.pk_columns and identity in ("d", "f") and set(info.pk_columns) <= set(names):
+        return info.pk_columns
+    return flagged or tuple(names)
+
+
+@dataclass
+class _Tx:
+    lsn: int
+    xid: str
+    ts_ms: int
+    index: int = 0
+
+
+FetchCurrent = Callable[[RelState, TupleData, list[int]], list[Any] | None]
+
+
+class ChangeAssembler:
+    """Turns the message stream into ordered events; keeps positions, skips and TOAST state."""
+
+    def __init__(
+        self,
+        *,
+        tables: Mapping[str, TableInfo],
+        mapper: TypeMapper,
+        committed: Mapping[str, tuple[int | str, ...]],
+        toast: RowCache,
+        stats: SourceStats,
+        dead_letters: DeadLetterSink,
+        fetch_current: FetchCurrent,
+    ) -> None:
+        self.tables = tables
+        self.mapper = mapper
+        self.committed = committed
+        self.toast = toast
+        self.stats = stats
+        self.dead_letters = dead_letters
+        self.fetch_current = fetch_current
+        self.last_out: tuple[int, ...] = ()  # position of the last event handed out
+        self.tx_ends: dict[int, tuple[int, int]] = {}  # commit lsn -> (last index out, end)
+        self._rels: dict[int, RelState] = {}
+        self._tx: _Tx | None = None
+        self._pending: Pending | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No transaction open and nothing held back."""
+        return self._tx is None and self._pending is None
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._tx is not None
+
+    def reset(self) -> None:
+        """A new walsender session: it re-sends Relation messages and whole transactions."""
+        self._rels.clear()
+        self._tx = None
+        self._pending = None
+
+    def handle(self, msg: PgOutputMessage, msg_len: int) -> Iterator[ChangeEvent]:
+        t = type(msg)
+        if t is Insert or t is Update or t is Delete:
+            tx = self._tx
+            if tx is None:
+                raise TerminalError("row change outside a transaction in the pgoutput stream")
+            idx = tx.index
+            tx.index += 1
+            item = self._change(msg, tx, idx, msg_len)
+            if item is not None:
+                prev, self._pending = self._pending, item
+                if prev is not None:
+                    self.last_out = prev[4]
+                    self.stats.changes += 1
+                    yield make_event(*prev, False)
+        elif t is Begin:
+            assert isinstance(msg, Begin)
+            self._tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
+        elif t is Commit:
+            assert isinstance(msg, Commit)
+            prev, self._pending, self._tx = self._pending, None, None
+            if prev is not None:
+                self.tx_ends[msg.commit_lsn] = (prev[4][1], msg.end_lsn)
+                self.last_out = prev[4]
+                self.stats.changes += 1
+                yield make_event(*prev, True)
+        elif t is Relation:
+            assert isinstance(msg, Relation)
+            self._rels[msg.relid] = self._relation(msg)
+        elif t is Truncate:
+            assert isinstance(msg, Truncate)
+            self._truncate(msg)
+        # Origin, Type and Message carry nothing the engine needs.
+
+    def _relation(self, msg: Relation) -> RelState:
+        table = f"{msg.namespace or 'pg_catalog'}.{msg.name}"
+        info = self.tables.get(table)
+        if info is None:  # published (e.g. FOR ALL TABLES) but not selected
+            return RelState(table, False)
+        names = [c.name for c in msg.columns]
+        flagged = tuple(c.name for c in msg.columns if c.is_key)
+        key = key_for(info, names, flagged, msg.replica_identity)
+        return build_rel(
+            self.mapper, table, [(c.name, c.type_oid, c.typmod) for c in msg.columns], key
+        )
+
+    def _change(self, msg: Any, tx: _Tx, idx: int, msg_len: int) -> Pending | None:
+        """The pending-event tuple for one row change, or None (skipped / dead-lettered)."""
+        rel = self._rels.get(msg.relid)
+        if rel is None:
+            raise TerminalError(f"change for relation {msg.relid} before its Relation message")
+        if not rel.selected:
+            return None
+        table = rel.table
+        parts = (tx.lsn, idx)
+        committed = self.committed.get(table)
+        skip = parts <= self.last_out or (committed is not None and parts <= committed)
+        t = type(msg)
+        image = msg.new if t is not Delete else msg.old
+        key = (table, tuple(image[i] for i in rel.key_idx))
+        old_key = key if t is Insert or msg.old is None else (
+            table, tuple(msg.old[i] for i in rel.key_idx))  # fmt: skip
+        toast = self.toast
+        if skip:
+            self.stats.skipped += 1
+            toast.pop(old_key)
+            toast.pop(key)
+            return None
+        rows = rel.rows
+        assert rows is not None
+        try:
+            if t is Insert:
+                after = rows.convert(msg.new)
+                # The message size bounds the row's text size from above: a free,
+                # conservative stand-in for row_chars() deciding what the cache keeps.
+                if msg_len >= ROW_CACHE_MIN_CHARS:
+                    toast.put(key, after, msg_len)
+                return (table, Op.CREATE, None, after, parts, rel.schema, tx.ts_ms, tx.xid)
+            before = self._old_image(rel, msg) if msg.old is not None else None
+            if t is Delete:
+                toast.pop(key)
+                return (table, Op.DELETE, before, None, parts, rel.schema, tx.ts_ms, tx.xid)
+            after = rows.convert(msg.new)
+            size = msg_len
+            if UNCHANGED_TOAST in msg.new:
+                if not self._fill_toast(rel, msg, after, old_key):
+                    toast.pop(old_key)
+                    if old_key != key and before is not None:
+                        # The row moved to a new key and is gone by now (a later change
+                        # removes the new key); its OLD key must still be deleted.
+                        return (table, Op.DELETE, before, None, parts, rel.schema, tx.ts_ms, tx.xid)
+                    return None
+                size = row_chars(after.values())
+            if old_key != key:
+                toast.pop(old_key)
+            if size >= ROW_CACHE_MIN_CHARS:
+                toast.put(key, after, size)
+            return (table, Op.UPDATE, before, after, parts, rel.schema, tx.ts_ms, tx.xid)
+        except ValueConversionError as exc:
+            toast.pop(old_key)
+            toast.pop(key)
+            self.dead_letter(rel, image, parts, exc)
+            return None
+
+    def _old_image(self, rel: RelState, msg: Any) -> dict[str, Any]:
+        assert rel.rows is not None
+        if msg.old_kind == "K":  # key columns only; the others are sent as nulls
+            return rel.rows.convert_subset(msg.old, rel.key_idx)
+        old = rel.rows.convert(msg.old)
+        return {k: v for k, v in old.items() if v is not UNCHANGED_TOAST}
+
+    def _fill_toast(self, rel: RelState, msg: Update, after: dict[str, Any], old_key: Any) -> bool:
+        """Replace UNCHANGED_TOAST values (rules in toast.py). False: drop as superseded."""
+        assert rel.rows is not None
+        missing = [i for i, v in enumerate(msg.new) if v is UNCHANGED_TOAST]
+        names = rel.rows.names
+        if msg.old_kind == "O" and msg.old is not None:
+            old = msg.old
+            found = [i for i in missing if type(old[i]) is str]
+            after.update(rel.rows.convert_subset(old, found))
+            self.stats.toast_from_old_image += len(found)
+            missing = [i for i in missing if i not in found]
+        if missing:
+            cached = self.toast.get(old_key)
+            if cached is not None:
+                found = [i for i in missing if cached.get(names[i], UNCHANGED_TOAST)
+                         is not UNCHANGED_TOAST]  # fmt: skip
+                for i in found:
+                    after[names[i]] = cached[names[i]]
+                self.stats.toast_from_cache += len(found)
+                missing = [i for i in missing if i not in found]
+        if missing:
+            row = self.fetch_current(rel, msg.new, missing)
+            if row is None:
+                self.stats.toast_superseded += 1
+                return False
+            after.update(rel.rows.convert_subset(row, missing))
+            self.stats.toast_fetched += len(missing)
+        return True
+
+    def _truncate(self, msg: Truncate) -> None:
+        tx = self._tx
+        if tx is not None:
+            tx.index += 1
+        where = str(SourcePosition(source="postgres", parts=(tx.lsn, -1))) if tx else None
+        for relid in msg.relids:
+            rel = self._rels.get(relid)
+            if rel is None or not rel.selected:
+                continue
+            self.stats.truncates += 1
+            log.warning(
+                "TRUNCATE of %s is not replicated; the Iceberg table keeps its rows", rel.table
+            )
+            self.dead_letters.put(DeadLetter(
+                reason="TRUNCATE is not replicated: the Iceberg table keeps the truncated rows",
+                table=rel.table, position=where,
+            ))  # fmt: skip
+
+    def dead_letter(
+        self, rel: RelState, values: Any, parts: Parts, exc: ValueConversionError
+    ) -> None:
+        """A row the engine cannot carry: a BadInputError with table, key and position,
+        written to the dead-letter sink; the event is not emitted."""
+        keys = rel.schema.key_columns if rel.schema is not None else ()
+        key = {keys[j]: values[i] for j, i in enumerate(rel.key_idx)}
+        pos = SourcePosition(source="postgres", parts=parts)
+        err = BadInputError(str(exc), table=rel.table, key=key, position=pos)
+        names = rel.rows.names if rel.rows is not None else ()
+        raw = orjson.dumps({
+            n: (v if type(v) is str or v is None else repr(v))
+            for n, v in zip(names, values, strict=False)
+        }).decode()  # fmt: skip
+        self.stats.dead_letters += 1
+        log.warning("dead letter: %s", err)
+        self.dead_letters.put(
+            DeadLetter(reason=err.message, table=rel.table, key=key, position=str(pos), raw=raw)
+        )

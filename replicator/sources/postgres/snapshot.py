@@ -1,0 +1,237 @@
+"""The initial snapshot: existing rows as 'r' events, consistent with the slot.
+
+Positions. Snapshot rows get ``(snapshot_lsn, seq)`` with ``snapshot_lsn = slot's confirmed
+position - 1`` and ``seq`` counting up from 0. Every change the slot will stream has
+``commit_lsn >= confirmed position``, so snapshot rows sort before all of them; and a slot
+created later (after a lost slot) has a larger confirmed position, so its snapshot sorts
+after everything committed before. ``acknowledge`` never moves the slot for snapshot
+positions (they are recognised by ``snapshot_lsn``).
+
+Consistency. A new slot exports its snapshot (``CREATE_REPLICATION_SLOT ... (SNAPSHOT
+'export')``) and the reader imports it (``SET TRANSACTION SNAPSHOT``): rows as of exactly the
+slot's consistent point, so snapshot + stream = every row exactly once. A *resumed* or
+*added-table* snapshot cannot import the old snapshot (it died with its session); it reads a
+fresh REPEATABLE READ snapshot, taken after the slot's confirmed position. Rows changed in
+between appear in both the snapshot (newer state) and the stream (older states, then the
+newest), so a consumer that applies events in position order as upserts ('c'/'r'/'u' replace
+the row with that key, 'd' of a missing key is a no-op) ends at the right state.
+
+Resume. Tables are read one by one in a fixed order, each in primary-key order through a
+server-side cursor, ``snapshot_chunk_rows`` rows at a time. After each chunk the reader
+records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
+pipeline acknowledges a snapshot position, the last boundary at or below it is written to
+``<state_dir>/postgres-<slot>.snapshot.json`` (atomically). A restart with that file resumes
+at (table, key > last key) instead of starting over; new rows get seqs above every committed
+one, so none is skipped as "already committed". Tables without a primary key (REPLICA
+IDENTITY FULL) are read in physical order and restart from their beginning. Without a state
+directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for the rule).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.string import TextLoader
+
+from replicator.sources.postgres.setup import TableInfo, quote_ident
+
+
+@dataclass
+class SnapshotState:
+    """What survives a restart: where the committed part of the snapshot ends."""
+
+    slot: str
+    snapshot_lsn: int
+    tables: list[str]  # qualified names, in reading order
+    table_index: int = 0  # first table not completely committed
+    last_key: list[str | None] | None = None  # text key of its last committed row
+    next_seq: int = 0  # above every seq handed out so far
+    complete: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> SnapshotState | None:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(**raw)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)  # atomic: a crash leaves the old or the new state, never half
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    seq: int  # the last seq of a chunk
+    table_index: int  # table to continue with
+    last_key: tuple[str | None, ...] | None  # None: start of that table
+
+
+@dataclass
+class Chunk:
+    table: TableInfo
+    table_index: int
+    columns: tuple[str, ...]
+    rows: list[tuple[str | None, ...]]
+    key_indexes: tuple[int, ...]
+    first_seq: int = 0
+    boundary: Boundary | None = None
+
+
+@dataclass
+class SnapshotReader:
+    """Reads the planned tables in key order inside one REPEATABLE READ transaction."""
+
+    conn: psycopg.Connection[Any]  # dedicated; all values load as text
+    tables: Sequence[TableInfo]
+    columns: dict[str, list[tuple[str, int, int]]]  # table -> [(name, type oid, typmod)]
+    chunk_rows: int
+    table_index: int = 0
+    last_key: tuple[str | None, ...] | None = None
+    next_seq: int = 0
+    boundaries: list[Boundary] = field(default_factory=list)
+
+    def begin(self, snapshot_name: str | None) -> None:
+        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if snapshot_name is not None:
+            self.conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
+
+    @property
+    def done(self) -> bool:
+        return self.table_index >= len(self.tables)
+
+    def estimated_rows(self) -> int:
+        oids = [t.oid for t in self.tables[self.table_index :]]
+        total = self.conn.execute(
+            "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class "
+            "WHERE oid = ANY(%s)",
+            (oids,),
+        ).fetchone()
+        return int(total[0]) if total else 0
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Chunks of rows; ``chunk.boundary`` says where to resume after it."""
+        while not self.done:
+            t = self.tables[self.table_index]
+            cols = self.columns[t.qualified]
+            names = tuple(c[0] for c in cols)
+            key_cols = t.pk_columns
+            key_idx = tuple(names.index(k) for k in key_cols)
+            # ONLY: inheritance children stream as their own relations; a partitioned root
+            # (published via the root) must include its partitions.
+            only = "" if t.relkind == "p" else "ONLY "
+            sql = f"SELECT {', '.join(quote_ident(n) for n in names)} FROM {only}{t.sql}"
+            params: list[Any] = []
+            if key_cols:
+                if self.last_key is not None:
+                    lhs = ", ".join(quote_ident(k) for k in key_cols)
+                    rhs = ", ".join(["%s"] * len(key_cols))
+                    sql += f" WHERE ({lhs}) > ({rhs})"
+                    params = list(self.last_key)
+                sql += " ORDER BY " + ", ".join(quote_ident(k) for k in key_cols)
+            with self.conn.cursor(name=f"replicator_snapshot_{self.table_index}") as cur:
+                cur.itersize = self.chunk_rows
+                cur.execute(sql, params)
+                while True:
+                    rows = cur.fetchmany(self.chunk_rows)
+                    if not rows:
+                        break
+                    chunk = Chunk(t, self.table_index, names, rows, key_idx, self.next_seq)
+                    self.next_seq += len(rows)
+                    if key_cols:
+                        self.last_key = tuple(rows[-1][i] for i in key_idx)
+                    chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+                    self.boundaries.append(chunk.boundary)
+                    yield chunk
+            self.table_index += 1
+            self.last_key = None
+            self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+
+    def finish(self) -> None:
+        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.conn.execute("COMMIT")
+
+    def resume_point(self, acked_seq: int) -> Boundary | None:
+        """The last boundary at or below an acknowledged seq (drops older ones)."""
+        best: Boundary | None = None
+        keep: list[Boundary] = []
+        for b in self.boundaries:
+            if b.seq <= acked_seq:
+                best = b
+            else:
+                keep.append(b)
+        if best is not None:
+            self.boundaries = [best, *keep]
+        return best
+
+
+def table_columns(conn: psycopg.Connection[Any], table: TableInfo) -> list[tuple[str, int, int]]:
+    """(name, type oid, typmod) of the columns pgoutput sends: not dropped, not generated."""
+    rows = conn.execute(
+        "SELECT attname, atttypid, atttypmod FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' "
+        "ORDER BY attnum",
+        (table.oid,),
+    ).fetchall()
+    return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+
+
+def text_loaders(conn: psycopg.Connection[Any]) -> None:
+    """Make ``conn`` return every value as the type's text output: the same text pgoutput
+    sends, so one set of converters serves snapshot and stream. psycopg loads OIDs it has no
+    loader for (enums, domains over text, ...) as text already; this covers the rest."""
+    for info in psycopg.postgres.types:
+        for oid in (info.oid, getattr(info, "array_oid", 0)):
+            if oid:
+                conn.adapters.register_loader(oid, TextLoader)
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    tables: list[TableInfo]  # in reading order
+    last_key: list[str | None] | None  # resume after this key in the first table
+    next_seq: int
+
+
+def plan_resumed_snapshot(
+    tables: Sequence[TableInfo],
+    added: set[str],
+    committed: dict[str, tuple[int | str, ...]],
+    confirmed_lsn: int,
+    state: SnapshotState | None,
+) -> SnapshotPlan | None:
+    """What to (re)read when the slot already exists (rules in the module docstring and in
+    ``PostgresSource``). None: nothing, stream only."""
+    snap_lsn = confirmed_lsn - 1
+    by_name = {t.qualified: t for t in tables}
+    if state is not None and state.snapshot_lsn != snap_lsn:
+        state = None  # the slot moved on since: that snapshot completed
+
+    def needs(t: TableInfo) -> bool:
+        p = committed.get(t.qualified)
+        return t.qualified in added or p is None or p[0] == snap_lsn
+
+    last_key: list[str | None] | None = None
+    if state is not None:
+        remaining = [] if state.complete else state.tables[state.table_index :]
+        order = [by_name[n] for n in remaining if n in by_name]
+        if order and remaining and remaining[0] == order[0].qualified:
+            last_key = state.last_key
+        order += [t for t in tables if t.qualified not in state.tables and needs(t)]
+    else:
+        order = [t for t in tables if needs(t)]
+    if not order:
+        return None
+    # New seqs above every committed one: re-read rows must not be skipped as "done".
+    seqs = [int(p[1]) for p in committed.values() if p[0] == snap_lsn]
+    next_seq = max([s + 1 for s in seqs] + [state.next_seq if state else 0])
+    return SnapshotPlan(order, last_key, next_seq)

@@ -1,0 +1,432 @@
+"""PostgresSource: initial snapshot, then pgoutput changes over the replication protocol.
+
+Positions: ``SourcePosition("postgres", (commit_lsn, index_in_tx))`` for streamed changes
+(``index_in_tx`` counts every row change of the transaction from 0, emitted or not, so it is
+stable across restarts), ``(snapshot_lsn, seq)`` for snapshot rows (see ``snapshot.py``).
+Events of a transaction share ``tx_id`` (the xid); the last emitted one has
+``last_in_tx=True``. Snapshot rows have ``tx_id=None`` and ``last_in_tx=True``: each is its
+own transaction, so the pipeline may commit anywhere inside the snapshot.
+
+Restart rules (``start(committed)``):
+* no slot: create it with an exported snapshot and snapshot every selected table;
+* slot exists: table T is (re)snapshotted when it was just added to the publication, has no
+  committed position, or its committed position is a snapshot position of the slot's
+  current confirmed point (the snapshot may be incomplete: nothing has moved the slot since).
+  With ``state_dir`` an interrupted snapshot resumes at the acknowledged (table, key);
+* streamed events at or below ``committed[table]`` are skipped, and within a process every
+  position at or below the last one handed out (after a reconnect the server resends from
+  the slot's confirmed position).
+
+Acknowledgements: ``acknowledge(pos)`` of a streamed position reports the transaction's end
+(or its commit LSN, when only part of it is durable) as flushed, which moves the slot's
+``confirmed_flush_lsn``; a snapshot position only advances the snapshot state file.
+
+Fencing: a session advisory lock per slot, held for the source's lifetime, refuses a second
+engine at ``start()`` (``FencedError``); the server refuses a second streaming reader of an
+active slot; ``fencing_token`` (the cluster's 64-bit xid at lock time, ever increasing) lets
+the pipeline stamp commits so a zombie writer with a smaller token can be rejected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from tqdm import tqdm
+
+from replicator.errors import TerminalError, TransientError
+from replicator.events.deadletter import DeadLetterSink
+from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.sources.base import ChangeSource
+from replicator.sources.postgres import setup
+from replicator.sources.postgres.changes import (
+    ChangeAssembler,
+    RelState,
+    SourceStats,
+    build_rel,
+    make_event,
+)
+from replicator.sources.postgres.pgoutput import TupleData, decode, str_to_lsn
+from replicator.sources.postgres.replication import ReplicationConnection, session_conninfo
+from replicator.sources.postgres.snapshot import (
+    Chunk,
+    SnapshotReader,
+    SnapshotState,
+    plan_resumed_snapshot,
+    table_columns,
+    text_loaders,
+)
+from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
+from replicator.sources.postgres.types import (
+    UNCONSTRAINED_NUMERIC,
+    TypeMapper,
+    ValueConversionError,
+    catalog_lookup,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PostgresSource", "SourceStats"]
+
+
+class PostgresSource(ChangeSource):
+    kind = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        dead_letters: DeadLetterSink,
+        slot: str = "replicator",
+        publication: str = "replicator",
+        tables: Sequence[str] | None = None,
+        snapshot_chunk_rows: int = 10000,
+        poll_max_messages: int = 10000,
+        state_dir: str | Path | None = None,
+        poll_wait_s: float = 0.5,
+        toast_cache_bytes: int = 64 << 20,
+        unconstrained_numeric: str = UNCONSTRAINED_NUMERIC,
+        progress: bool | None = None,
+    ) -> None:
+        super().__init__(dead_letters)
+        self.dsn = dsn
+        self.slot = slot
+        self.publication = publication
+        self.tables_config = list(tables) if tables is not None else None
+        self.snapshot_chunk_rows = snapshot_chunk_rows
+        self.poll_max_messages = poll_max_messages
+        self.state_path = Path(state_dir) / f"postgres-{slot}.snapshot.json" if state_dir else None
+        self.poll_wait_s = poll_wait_s
+        self.unconstrained_numeric = unconstrained_numeric
+        self.progress = progress  # None: a tqdm bar only on a terminal
+        self.stats = SourceStats()
+        self.fencing_token: int | None = None
+        self._toast = RowCache(toast_cache_bytes)
+        self._lock = threading.RLock()  # acknowledge() may come from another thread
+        self._conn: psycopg.Connection[Any] | None = None  # fence, catalog
+        self._text_conn: psycopg.Connection[Any] | None = None  # snapshot, TOAST reads
+        self._stream: ReplicationConnection | None = None
+        self._tables: dict[str, setup.TableInfo] = {}
+        self._asm: ChangeAssembler | None = None
+        self._confirmed = 0  # the slot's confirmed position as we last reported it
+        self._acked: tuple[int, ...] = ()
+        self._idle_lsn = 0  # keepalive position seen while nothing was in flight
+        self._idle_out: tuple[int, ...] = ()
+        self._snap: SnapshotReader | None = None
+        self._snap_state: SnapshotState | None = None
+        self._snap_lsn: int | None = None
+        self._snap_chunks: Iterator[Chunk] | None = None
+        self._chunk: Chunk | None = None
+        self._chunk_pos = 0
+        self._snap_rels: dict[str, RelState] = {}
+        self._bar: tqdm[Any] | None = None
+        # Streamed inserts at or before this LSN may already be in a fresh (not slot-exported)
+        # snapshot; they are emitted as 'r' so the pipeline applies them as upserts.
+        self._upsert_until: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(session_conninfo(self.dsn), autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise TransientError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+        try:
+            self._start({t: p.parts for t, p in committed.items() if p.source == "postgres"})
+        except BaseException:
+            self.close()  # releases the fence: a failed check must not block the next try
+            raise
+
+    def _start(self, committed: dict[str, tuple[int | str, ...]]) -> None:
+        conn = self._conn = self._connect()
+        self.fencing_token = setup.acquire_fence(conn, self.slot)
+        setup.check_server(conn)
+        setup.check_role(conn)
+        infos = setup.list_tables(conn, self.tables_config)
+        setup.check_tables(conn, infos)
+        self._tables = {t.qualified: t for t in infos}
+        added = setup.ensure_publication(conn, self.publication, infos)
+        mapper = TypeMapper(catalog_lookup(conn), unconstrained_numeric=self.unconstrained_numeric)
+        self._asm = ChangeAssembler(
+            tables=self._tables, mapper=mapper, committed=committed, toast=self._toast,
+            stats=self.stats, dead_letters=self.dead_letters, fetch_current=self._fetch_current,
+        )  # fmt: skip
+        slot = setup.slot_info(conn, self.slot)
+        if slot is not None:
+            setup.check_slot(slot, conn.info.dbname)
+        self._text_conn = self._connect()
+        text_loaders(self._text_conn)
+        if slot is None:
+            repl = ReplicationConnection(self.dsn)
+            try:
+                self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
+                log.info("created slot %s at %s", self.slot, self._confirmed)
+                # Import while the exporting session is still open and idle.
+                self._begin_snapshot(infos, snapshot_name, None, 0)
+            finally:
+                repl.close()
+            return
+        self._confirmed = slot.confirmed_flush
+        state = SnapshotState.load(self.state_path) if self.state_path else None
+        if state is not None and state.slot != self.slot:
+            state = None
+        plan = plan_resumed_snapshot(
+            infos, {t.qualified for t in added}, committed, self._confirmed, state
+        )
+        if plan is not None:
+            log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
+            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+
+    def _begin_snapshot(
+        self,
+        order: list[setup.TableInfo],
+        snapshot_name: str | None,
+        last_key: list[str | None] | None,
+        next_seq: int,
+    ) -> None:
+        assert self._text_conn is not None and self._conn is not None and self._asm is not None
+        self._snap_lsn = snap_lsn = self._confirmed - 1
+        columns = {t.qualified: table_columns(self._conn, t) for t in order}
+        reader = SnapshotReader(
+            self._text_conn, order, columns, self.snapshot_chunk_rows,
+            last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
+        )  # fmt: skip
+        reader.begin(snapshot_name)
+        if snapshot_name is None:
+            # A fresh snapshot is newer than the slot: rows it saw can come again from the
+            # stream. Every commit it can see has a commit LSN below the current WAL position.
+            self.reads_may_repeat = True
+            row = self._conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            self._upsert_until = str_to_lsn(row[0]) if row else None
+        else:
+            self.reads_may_repeat = False  # exported by the slot: exactly its start point
+        self._snap = reader
+        self._snap_chunks = reader.chunks()
+        for t in order:
+            cols = columns[t.qualified]
+            key = t.pk_columns or tuple(c[0] for c in cols)  # FULL identity: the whole row
+            self._snap_rels[t.qualified] = build_rel(self._asm.mapper, t.qualified, cols, key)
+        self._snap_state = SnapshotState(
+            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq
+        )
+        if self.state_path:
+            self._snap_state.save(self.state_path)
+        self._bar = tqdm(
+            total=reader.estimated_rows() or None, unit="rows", desc=f"snapshot {self.slot}",
+            disable=None if self.progress is None else not self.progress, leave=False,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
+            for c in (self._text_conn, self._conn):  # closing _conn releases the fence
+                if c is not None:
+                    c.close()
+            self._text_conn = self._conn = None
+
+    # -- polling --------------------------------------------------------------------------------
+    def poll(self) -> Iterator[ChangeEvent]:
+        if self._conn is None:
+            raise TerminalError("PostgresSource.poll() before start() (or after close())")
+        if self._snap_chunks is not None:
+            yield from self._poll_snapshot()
+        else:
+            yield from self._poll_stream()
+
+    def _poll_snapshot(self) -> Iterator[ChangeEvent]:
+        assert self._snap_chunks is not None and self._asm is not None
+        n = 0
+        while n < self.poll_max_messages:
+            chunk = self._chunk
+            if chunk is None or self._chunk_pos >= len(chunk.rows):
+                chunk = self._chunk = next(self._snap_chunks, None)
+                self._chunk_pos = 0
+                if chunk is None:
+                    self._end_snapshot()
+                    return
+            # Progress lives in self, not in this generator: a consumer that stops iterating
+            # early loses nothing.
+            i = self._chunk_pos
+            self._chunk_pos += 1
+            n += 1
+            if self._bar is not None:
+                self._bar.update(1)
+            seq = chunk.first_seq + i
+            ev = self._snapshot_event(chunk, chunk.rows[i], seq)
+            if ev is not None:
+                assert self._snap_lsn is not None
+                self._asm.last_out = (self._snap_lsn, seq)
+                yield ev
+
+    def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
+        rel = self._snap_rels[chunk.table.qualified]
+        assert rel.rows is not None and self._snap_lsn is not None and self._asm is not None
+        parts = (self._snap_lsn, seq)
+        try:
+            after = rel.rows.convert(row)
+        except ValueConversionError as exc:
+            self._asm.dead_letter(rel, row, parts, exc)
+            return None
+        size = row_chars(row)
+        if size >= ROW_CACHE_MIN_CHARS:
+            self._toast.put((rel.table, tuple(row[i] for i in rel.key_idx)), after, size)
+        self.stats.snapshot_rows += 1
+        return make_event(rel.table, Op.READ, None, after, parts, rel.schema, None, None, True)
+
+    def _end_snapshot(self) -> None:
+        assert self._snap is not None
+        self._snap.finish()
+        self._snap_chunks = None
+        self._chunk = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        log.info("snapshot done: %d rows", self.stats.snapshot_rows)
+
+    def _open_stream(self) -> None:
+        assert self._asm is not None
+        stream = ReplicationConnection(self.dsn)
+        try:  # 0/0: the server starts at the slot's confirmed position
+            stream.start(self.slot, self.publication, 0, self._confirmed)
+        except Exception:
+            stream.close()
+            raise
+        self._stream = stream
+        self._asm.reset()
+
+    def _poll_stream(self) -> Iterator[ChangeEvent]:
+        asm = self._asm
+        assert asm is not None
+        if self._stream is None:
+            self._open_stream()
+        n = 0
+        started = False
+        while n < self.poll_max_messages:
+            # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
+            # rarely ends mid-transaction); between transactions only drain what is arriving.
+            wait = self.poll_wait_s if not started or asm.in_transaction else 0.005
+            with self._lock:
+                stream = self._stream
+                if stream is None:
+                    return
+                try:
+                    data = stream.read(wait)
+                except TransientError as exc:
+                    log.warning("replication stream lost (%s); reconnecting on next poll", exc)
+                    self.stats.reconnects += 1
+                    self._stream = None
+                    stream.close()
+                    return
+            if data is None:
+                return
+            if not data:  # keepalive: everything sent before it has been read
+                if asm.idle:
+                    self._idle_lsn, self._idle_out = stream.wal_end, asm.last_out
+                    with self._lock:
+                        self._advance_idle()
+                continue
+            started = True
+            n += 1
+            until = self._upsert_until
+            if until is None:
+                yield from asm.handle(decode(data), len(data))
+                continue
+            for ev in asm.handle(decode(data), len(data)):
+                if ev.op is Op.CREATE and int(ev.position.parts[0]) <= until:
+                    ev = ev.model_copy(update={"op": Op.READ})
+                yield ev
+
+    def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
+        """The row's current text values (positions as in ``new``); None if it is gone."""
+        assert self._text_conn is not None and rel.rows is not None
+        names = rel.rows.names
+        q = setup.quote_ident
+        sql = (
+            f"SELECT {', '.join(q(names[i]) for i in cols)} FROM {self._tables[rel.table].sql}"
+            f" WHERE {' AND '.join(f'{q(names[i])} = %s' for i in rel.key_idx)}"
+        )
+        try:
+            got = self._text_conn.execute(sql, [new[i] for i in rel.key_idx]).fetchone()
+        except psycopg.Error as exc:
+            raise ValueConversionError("*", "", f"unchanged TOAST value unreadable: {exc}") from exc
+        if got is None:
+            return None
+        out: list[Any] = list(new)
+        for i, v in zip(cols, got, strict=True):
+            out[i] = v
+        return out
+
+    # -- acknowledgements -----------------------------------------------------------------------
+    def acknowledge(self, position: SourcePosition) -> None:
+        if position.source != "postgres":
+            raise TypeError(f"not a postgres position: {position}")
+        parts = tuple(int(p) for p in position.parts)
+        with self._lock:
+            if parts > self._acked:
+                self._acked = parts
+            if parts[0] == self._snap_lsn:
+                self._ack_snapshot(parts[1])
+            elif self._asm is not None:
+                lsn, idx = parts
+                ends = self._asm.tx_ends
+                end = ends.get(lsn)
+                # The whole transaction is durable: resume after its commit record; else at
+                # it (the server resends it and positions skip the durable part).
+                self._confirm(end[1] if end is not None and idx >= end[0] else lsn)
+                for k in [k for k in ends if k <= lsn]:
+                    del ends[k]
+                if self._snap_state is not None and not self._snap_state.complete:
+                    self._snap_state.complete = True
+                    if self.state_path:
+                        self._snap_state.save(self.state_path)
+            self._advance_idle()
+
+    def _ack_snapshot(self, seq: int) -> None:
+        if self._snap is None or self._snap_state is None:
+            return
+        b = self._snap.resume_point(seq)
+        if b is None:
+            return
+        st = self._snap_state
+        st.table_index = b.table_index
+        st.last_key = list(b.last_key) if b.last_key is not None else None
+        st.next_seq = self._snap.next_seq
+        st.complete = b.table_index >= len(st.tables)
+        if self.state_path:
+            st.save(self.state_path)
+
+    def _confirm(self, lsn: int) -> None:
+        if lsn > self._confirmed:
+            self._confirmed = lsn
+            if self._stream is not None:
+                try:
+                    self._stream.send_status(lsn)
+                except TransientError as exc:  # the next poll reconnects and reports it
+                    log.warning("could not report position %s: %s", lsn, exc)
+
+    def _advance_idle(self) -> None:
+        # Everything handed out before an idle keepalive is durable: let the slot move to that
+        # keepalive's position so WAL of unrelated activity is not retained forever.
+        if self._idle_lsn and self._acked >= self._idle_out and self._snap_chunks is None:
+            self._confirm(self._idle_lsn)
+            self._idle_lsn = 0
+
+    # -- introspection --------------------------------------------------------------------------
+    @property
+    def snapshot_in_progress(self) -> bool:
+        return self._snap_chunks is not None
+
+    @property
+    def confirmed_lsn(self) -> int:
+        """The slot position this source has reported as durable."""
+        return self._confirmed
