@@ -100,6 +100,12 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
               f"{t.equality_deletes:,} equality deletes in {t.delete_files} delete file(s)")
     if s.dead_letters:
         print(f"  dead letters written to {cfg.dead_letter_path}")
+    if s.stopped:
+        for table, why in sorted(s.stopped.items()):
+            print(f"  STOPPED {table}: {why}")
+        print(f"  {s.events_held:,} event(s) of stopped tables held back; the source is not "
+              "acknowledged past them")
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replicator.config import RunConfig, redact_dsn
-from replicator.errors import TerminalError
+from replicator.errors import SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, SourcePosition
 from replicator.iceberg.tables import (
@@ -38,10 +38,14 @@ class RunSummary:
     batches: int = 0
     events_seen: int = 0
     events_skipped: int = 0  # at or before the table's committed position (replays)
+    events_held: int = 0  # of stopped tables: not applied, not acknowledged
     dead_letters: int = 0
     tables: dict[str, TableTotals] = field(default_factory=dict)
     last_position: SourcePosition | None = None
     seconds: float = 0.0
+    # Tables stopped by a change the engine cannot apply (message per table); their events
+    # are held back: the source is not acknowledged past what they have committed.
+    stopped: dict[str, str] = field(default_factory=dict)
 
 
 def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
@@ -159,6 +163,9 @@ class Replicator:
                 if done is not None and done.source == ev.position.source and ev.position <= done:
                     self.summary.events_skipped += 1
                     continue
+                if ev.table in self.summary.stopped:
+                    self.summary.events_held += 1
+                    continue
                 batch = batcher.add(ev)
                 if batch is not None:
                     self._apply(batch)
@@ -175,15 +182,35 @@ class Replicator:
                     return
                 time.sleep(IDLE_SLEEP_SECONDS)
 
+    def _ack_position(self, end: SourcePosition) -> SourcePosition | None:
+        """How far the source may forget: not past anything a stopped table still needs."""
+        if not self.summary.stopped:
+            return end
+        held = [self.committed.get(t) for t in self.summary.stopped]
+        if any(p is None or p.source != end.source for p in held):
+            return None
+        return min([end, *[p for p in held if p is not None]])
+
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
         self.ctx.upsert_reads = self.source.reads_may_repeat
         self.ctx.fencing_token = self.source.fencing_token
         for table in batch.tables:
-            apply_table(self.ctx, batch.events[table], batch.end_position)
+            if table in self.summary.stopped:
+                continue
+            try:
+                apply_table(self.ctx, batch.events[table], batch.end_position)
+            except SchemaChangeError as exc:
+                # Stop this table only; its committed data stays intact and its events are
+                # held (never acknowledged) until someone fixes it and restarts.
+                self.summary.stopped[table] = str(exc)
+                log.error("stopping table %s: %s", table, exc)
+                continue
             self.committed[table] = batch.end_position
         # Only now is every table's part of the batch durable: tell the source.
-        self.source.acknowledge(batch.end_position)
+        ack = self._ack_position(batch.end_position)
+        if ack is not None:
+            self.source.acknowledge(ack)
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
         log.info(
