@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 POSITION_PROPERTY = "replicator.position"
 WRITER_PROPERTY = "replicator.writer-id"
 FENCING_PROPERTY = "replicator.fencing-token"
+UPSERT_UNTIL_PROPERTY = "replicator.upsert-until"
 SOURCE_TABLE_PROPERTY = "replicator.source-table"
 
 TABLE_PROPERTIES = {
@@ -121,6 +122,15 @@ def committed_position(table: Table) -> SourcePosition | None:
         # A snapshot by another tool (compaction, expiry) keeps the position of its parent.
         snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
     return None
+
+
+def recorded_upsert_until(table: Table) -> SourcePosition | None:
+    """The overlap bound the last commit was made under (see ChangeSource.upsert_until)."""
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return None
+    raw = snap.summary.additional_properties.get(UPSERT_UNTIL_PROPERTY)
+    return SourcePosition.from_json(raw) if raw else None
 
 
 def committed_writer(table: Table) -> str | None:

@@ -37,6 +37,7 @@ from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import (
     FENCING_PROPERTY,
     POSITION_PROPERTY,
+    UPSERT_UNTIL_PROPERTY,
     WRITER_PROPERTY,
     TableManager,
     TableState,
@@ -82,6 +83,8 @@ class ApplyContext:
     target_file_bytes: int
     spark: Any = None
     upsert_reads: bool = True  # see ChangeSource.reads_may_repeat
+    upsert_creates: bool = False  # see ChangeSource.upsert_until
+    upsert_until: SourcePosition | None = None  # recorded in commits made inside the overlap
     fencing_token: int | None = None
     totals: dict[str, TableTotals] = field(default_factory=dict)
 
@@ -156,7 +159,11 @@ def _run_stage(ctx: ApplyContext, state: TableState, staged: Any) -> StageResult
         ),
         key_columns=state.key_columns,
         data_columns=tuple(f.name for f in schema.fields),
-        policy=MappingPolicy(target_file_bytes=ctx.target_file_bytes, upsert_reads=ctx.upsert_reads),
+        policy=MappingPolicy(
+            target_file_bytes=ctx.target_file_bytes,
+            upsert_reads=ctx.upsert_reads,
+            upsert_creates=ctx.upsert_creates,
+        ),
     )
     if ctx.engine == "local":
         return apply_local(staged, spec)
@@ -189,6 +196,8 @@ def _commit(
     props = {POSITION_PROPERTY: end.to_json(), WRITER_PROPERTY: ctx.writer_id}
     if ctx.fencing_token is not None:
         props[FENCING_PROPERTY] = str(ctx.fencing_token)
+    if ctx.upsert_until is not None:
+        props[UPSERT_UNTIL_PROPERTY] = ctx.upsert_until.to_json()
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
         table: Table = state.table
         parent = table.current_snapshot()

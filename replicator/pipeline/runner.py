@@ -23,6 +23,7 @@ from replicator.iceberg.tables import (
     TableManager,
     committed_position,
     open_catalog,
+    recorded_upsert_until,
 )
 from replicator.pipeline.apply import ApplyContext, TableTotals, apply_table
 from replicator.pipeline.batcher import Batcher
@@ -64,6 +65,14 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
         return PostgresSource(
             src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
             tables=src.tables, state_dir=cfg.state_dir,
+        )
+    if src.type == "mysql":
+        from replicator.sources.mysql.source import MySQLSource
+
+        assert src.dsn is not None
+        return MySQLSource(
+            src.dsn, dead_letters=dead_letters, server_id=src.server_id, tables=src.tables,
+            state_dir=cfg.state_dir,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
 
@@ -120,6 +129,9 @@ class Replicator:
             spark=spark,
         )
         self.committed: dict[str, SourcePosition] = {}
+        # Overlap bounds recorded by earlier runs: a fresh snapshot committed before a crash
+        # still overlaps the stream the next run replays.
+        self.recorded_until: list[SourcePosition] = []
         self.summary = RunSummary(tables=self.ctx.totals)
 
     def _load_committed(self) -> None:
@@ -132,6 +144,9 @@ class Replicator:
             pos = committed_position(table)
             if pos is not None:
                 self.committed[source_table] = pos
+            until = recorded_upsert_until(table)
+            if until is not None:
+                self.recorded_until.append(until)
         if self.committed:
             for t, p in sorted(self.committed.items()):
                 log.info("resuming %s after %s", t, p)
@@ -194,6 +209,13 @@ class Replicator:
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
         self.ctx.upsert_reads = self.source.reads_may_repeat
+        first = min(evs[0].position for evs in batch.events.values())
+        bounds = [p for p in [self.source.upsert_until, *self.recorded_until]
+                  if p is not None and p.source == first.source]
+        until = max(bounds) if bounds else None
+        self.ctx.upsert_creates = until is not None and first <= until
+        # Record the bound while a table's commits are still inside the overlap.
+        self.ctx.upsert_until = until if until is not None and batch.end_position <= until else None
         self.ctx.fencing_token = self.source.fencing_token
         for table in batch.tables:
             if table in self.summary.stopped:

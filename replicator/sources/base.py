@@ -26,6 +26,10 @@ class ChangeSource(ABC):
     #: source that knows its snapshot is consistent with its stream sets it False, sparing an
     #: equality delete per snapshot row.
     reads_may_repeat: bool = True
+    #: Events at or before this position may repeat rows already in Iceberg (a fresh snapshot
+    #: overlapping the stream): the pipeline then applies every insert of such a batch, the
+    #: new key of a key change included, as an upsert.
+    upsert_until: SourcePosition | None = None
     #: A number that only grows with each new owner of the source (e.g. a Postgres xid taken
     #: when the slot lock was acquired). Commits carry it; a lower one is refused (fencing).
     fencing_token: int | None = None

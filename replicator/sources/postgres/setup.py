@@ -6,6 +6,7 @@ Every failed check raises ``SourceSetupError`` whose ``hint`` is the exact state
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -280,12 +281,22 @@ def check_slot(info: SlotInfo, database: str) -> None:
 _LOCK_KEY_SQL = "SELECT hashtextextended('replicator.postgres.slot:' || %s, 0)"
 
 
+FENCE_WAIT_SECONDS = 3.0
+
+
 def acquire_fence(conn: psycopg.Connection[Any], slot: str) -> int:
     """Take the slot's session advisory lock (held until ``conn`` closes) and return a
     fencing token: this cluster's 64-bit transaction id at the time, which only grows, so a
     later owner always holds a larger token than every earlier one."""
     key = int(_one(conn, _LOCK_KEY_SQL, (slot,)))
-    if not _one(conn, "SELECT pg_try_advisory_lock(%s)", (key,)):
+    # A previous owner that just exited (or was killed) may hold the lock for a moment while
+    # its backend winds down: retry briefly before calling it a second engine.
+    deadline = time.monotonic() + FENCE_WAIT_SECONDS
+    locked = bool(_one(conn, "SELECT pg_try_advisory_lock(%s)", (key,)))
+    while not locked and time.monotonic() < deadline:
+        time.sleep(0.1)
+        locked = bool(_one(conn, "SELECT pg_try_advisory_lock(%s)", (key,)))
+    if not locked:
         holder = _one(
             conn,
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "

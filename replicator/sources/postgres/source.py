@@ -124,9 +124,6 @@ class PostgresSource(ChangeSource):
         self._chunk_pos = 0
         self._snap_rels: dict[str, RelState] = {}
         self._bar: tqdm[Any] | None = None
-        # Streamed inserts at or before this LSN may already be in a fresh (not slot-exported)
-        # snapshot; they are emitted as 'r' so the pipeline applies them as upserts.
-        self._upsert_until: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -202,7 +199,8 @@ class PostgresSource(ChangeSource):
             # stream. Every commit it can see has a commit LSN below the current WAL position.
             self.reads_may_repeat = True
             row = self._conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-            self._upsert_until = str_to_lsn(row[0]) if row else None
+            if row is not None:
+                self.upsert_until = SourcePosition(source="postgres", parts=(str_to_lsn(row[0]), 2**62))
         else:
             self.reads_may_repeat = False  # exported by the slot: exactly its start point
         self._snap = reader
@@ -337,14 +335,7 @@ class PostgresSource(ChangeSource):
                 continue
             started = True
             n += 1
-            until = self._upsert_until
-            if until is None:
-                yield from asm.handle(decode(data), len(data))
-                continue
-            for ev in asm.handle(decode(data), len(data)):
-                if ev.op is Op.CREATE and int(ev.position.parts[0]) <= until:
-                    ev = ev.model_copy(update={"op": Op.READ})
-                yield ev
+            yield from asm.handle(decode(data), len(data))
 
     def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
         """The row's current text values (positions as in ``new``); None if it is gone."""

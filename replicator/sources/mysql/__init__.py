@@ -1,0 +1,13 @@
+"""MySQL / MariaDB source: binlog row events (mysql-replication) -> ChangeEvents.
+
+Modules: ``setup`` (DSN, connections, pre-flight checks), ``types`` (type mapping and value
+converters for binlog and snapshot), ``schema_history`` (DDL parsing; what the binlog does not
+say about columns), ``snapshot`` (consistent initial snapshot and its resume state),
+``stream`` (binlog events -> transactions and positions), ``compat`` (fixes to
+mysql-replication), ``source`` (``MySQLSource``: start/resume planning, poll, acknowledge).
+"""
+
+from replicator.sources.mysql.source import MySQLSource
+from replicator.sources.mysql.stream import SourceStats
+
+__all__ = ["MySQLSource", "SourceStats"]

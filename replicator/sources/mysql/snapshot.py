@@ -1,0 +1,346 @@
+"""The initial snapshot: existing rows as 'r' events, consistent with a binlog position.
+
+Consistency. MariaDB: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and the session status
+``binlog_snapshot_file`` / ``binlog_snapshot_position`` give the exact binlog point of the
+snapshot without any lock. MySQL: ``FLUSH TABLES WITH READ LOCK`` (briefly, needs RELOAD),
+``SHOW MASTER STATUS``, ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, ``UNLOCK TABLES``.
+Rows are read inside that one REPEATABLE READ transaction, table by table in primary-key
+order, ``chunk_rows`` at a time (keyset pagination: ``WHERE pk > last ORDER BY pk LIMIT n``),
+with a tqdm progress bar. Streaming then starts at the snapshot point P: every row is in
+exactly one of snapshot and stream.
+
+Positions. Snapshot rows get ``(P.file, P.pos, SNAPSHOT_BASE + seq)`` with ``SNAPSHOT_BASE =
+-2**62`` and ``seq`` counting up from 0 across all tables. A streamed row has ``(file,
+tx_begin >= P.pos or a later file, index >= 0)``, so every snapshot row sorts before every
+binlog row after P and after everything before P; a negative third part marks a snapshot
+position (and P can be read back from it).
+
+Resume. The reader records a boundary (last seq, table index, last key) after each chunk. When
+the pipeline acknowledges a snapshot position, the last boundary at or below it is saved to
+``<state_dir>/mysql-<server_id>.snapshot.json`` (atomic replace). A restart whose committed
+positions still sit at that snapshot point continues at (table, key > last key) in a *new*
+consistent snapshot, giving new rows seqs above every committed one; the stream still starts
+at P. Rows changed between P and the new snapshot appear in the snapshot (newer state) and
+again in the stream (older states, then the newest): applied in position order as upserts
+(what the pipeline does with 'r', 'c' and 'u') the table ends right, because every binlog
+event carries full row images. Re-reading a chunk is harmless for the same reason. Without a
+state directory, an interrupted snapshot re-reads the affected tables from their start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from pymysql.cursors import Cursor
+
+from replicator.errors import SourceSetupError
+from replicator.events.model import TableSchema
+from replicator.sources.mysql.setup import TableInfo, current_user, master_status, query
+from replicator.sources.mysql.types import (
+    ColumnDef,
+    ColumnMapping,
+    RowConverter,
+    def_from_information_schema,
+    map_column,
+    quote_ident,
+)
+
+SNAPSHOT_BASE = -(1 << 62)
+
+
+def snapshot_parts(file: str, pos: int, seq: int) -> tuple[str, int, int]:
+    return (file, pos, SNAPSHOT_BASE + seq)
+
+
+def is_snapshot_parts(parts: Sequence[Any]) -> bool:
+    return len(parts) == 3 and int(parts[2]) < 0
+
+
+def snapshot_seq(parts: Sequence[Any]) -> int:
+    return int(parts[2]) - SNAPSHOT_BASE
+
+
+# -- resume state ------------------------------------------------------------------------------
+
+
+def encode_key(values: Sequence[Any]) -> list[Any]:
+    """A primary key as JSON (type-tagged, so the keyset query gets the same types back)."""
+    out: list[Any] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+        elif isinstance(v, bool | int):
+            out.append(["i", int(v)])
+        elif isinstance(v, str):
+            out.append(["s", v])
+        elif isinstance(v, bytes | bytearray):
+            out.append(["b", bytes(v).hex()])
+        elif isinstance(v, Decimal):
+            out.append(["d", str(v)])
+        elif isinstance(v, float):
+            out.append(["f", repr(v)])
+        elif isinstance(v, datetime):
+            out.append(["T", v.isoformat()])
+        elif isinstance(v, date):
+            out.append(["D", v.isoformat()])
+        elif isinstance(v, timedelta):
+            out.append(["t", (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds])
+        else:
+            out.append(["s", str(v)])
+    return out
+
+
+def decode_key(raw: Sequence[Any]) -> tuple[Any, ...]:
+    dec = {
+        "i": int,
+        "s": str,
+        "b": bytes.fromhex,
+        "d": Decimal,
+        "f": float,
+        "T": datetime.fromisoformat,
+        "D": date.fromisoformat,
+        "t": lambda us: timedelta(microseconds=us),
+    }
+    return tuple(None if r is None else dec[r[0]](r[1]) for r in raw)  # type: ignore[operator]
+
+
+@dataclass
+class SnapshotState:
+    """What survives a restart: where the committed part of the snapshot ends."""
+
+    point: list[Any]  # [binlog file, position] the snapshot positions use
+    tables: list[str]  # qualified names, in reading order
+    table_index: int = 0  # first table not completely committed
+    last_key: list[Any] | None = None  # encoded key of its last committed row
+    next_seq: int = 0  # above every seq handed out so far
+    complete: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> SnapshotState | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)  # atomic: a crash leaves the old or the new state, never half
+
+    def done_tables(self) -> set[str]:
+        return set(self.tables if self.complete else self.tables[: self.table_index])
+
+
+# -- table descriptions ------------------------------------------------------------------------
+
+
+def describe_tables(
+    conn: pymysql.Connection[Cursor], tables: Sequence[TableInfo]
+) -> dict[str, list[ColumnDef]]:
+    """Column definitions from information_schema (JSON: MySQL's type, or MariaDB's
+    ``json_valid(col)`` check on a LONGTEXT)."""
+    if not tables:
+        return {}
+    schemas = sorted({t.schema for t in tables})
+    marks = ", ".join(["%s"] * len(schemas))
+    json_cols: set[tuple[str, str, str]] = set()
+    try:
+        for s, t, clause in query(
+            conn,
+            "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE "
+            "FROM information_schema.CHECK_CONSTRAINTS "
+            f"WHERE CONSTRAINT_SCHEMA IN ({marks})",
+            schemas,
+        ):
+            text = str(clause).strip()
+            if text.lower().startswith("json_valid(`") and text.endswith("`)"):
+                json_cols.add(
+                    (str(s), str(t), text[len("json_valid(`") : -2].replace("``", "`").lower())
+                )
+    except pymysql.err.MySQLError:
+        pass  # servers without CHECK_CONSTRAINTS have no MariaDB-style JSON either
+    rows = query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, "
+        "NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_OCTET_LENGTH "
+        f"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN ({marks}) "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+        schemas,
+    )
+    names = (
+        "TABLE_SCHEMA",
+        "TABLE_NAME",
+        "COLUMN_NAME",
+        "DATA_TYPE",
+        "COLUMN_TYPE",
+        "CHARACTER_SET_NAME",
+        "NUMERIC_PRECISION",
+        "NUMERIC_SCALE",
+        "DATETIME_PRECISION",
+        "CHARACTER_OCTET_LENGTH",
+    )
+    wanted = {t.qualified for t in tables}
+    out: dict[str, list[ColumnDef]] = {q: [] for q in wanted}
+    for r in rows:
+        row = dict(zip(names, r, strict=True))
+        q = f"{row['TABLE_SCHEMA']}.{row['TABLE_NAME']}"
+        if q in wanted:
+            key = (
+                str(row["TABLE_SCHEMA"]),
+                str(row["TABLE_NAME"]),
+                str(row["COLUMN_NAME"]).lower(),
+            )
+            out[q].append(def_from_information_schema(row, is_json=key in json_cols))
+    return out
+
+
+@dataclass
+class SnapTable:
+    info: TableInfo
+    mappings: list[ColumnMapping]
+    schema: TableSchema
+    rows: RowConverter
+
+
+def snap_table(info: TableInfo, defs: Sequence[ColumnDef], zero_dates: str) -> SnapTable:
+    """Key columns are listed in column order, as the binlog side lists them."""
+    key = tuple(d.name for d in defs if d.name in info.pk_columns)
+    mappings = [map_column(d, key=d.name in info.pk_columns) for d in defs]
+    schema = TableSchema(
+        table=info.qualified, columns=tuple(m.spec for m in mappings), key_columns=key
+    )
+    return SnapTable(info, mappings, schema, RowConverter.build(mappings, key, zero_dates))
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def open_consistent_snapshot(conn: pymysql.Connection[Cursor], is_mariadb: bool) -> tuple[str, int]:
+    """Start the snapshot transaction on ``conn``; returns its binlog point (file, pos)."""
+    query(conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    if is_mariadb:
+        query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        status = {
+            str(k).lower(): str(v) for k, v in query(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+        }
+        return status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+    try:
+        query(conn, "FLUSH TABLES WITH READ LOCK")
+    except pymysql.err.OperationalError as exc:
+        raise SourceSetupError(
+            f"FLUSH TABLES WITH READ LOCK failed ({exc.args[-1]}); the snapshot needs it to pin "
+            "its binlog position",
+            hint=f"GRANT RELOAD ON *.* TO {current_user(conn)};",
+        ) from None
+    try:
+        point = master_status(conn)
+        query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    finally:
+        query(conn, "UNLOCK TABLES")
+    return point
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    seq: int  # the last seq of a chunk
+    table_index: int  # table to continue with
+    last_key: tuple[Any, ...] | None  # None: start of that table
+
+
+@dataclass
+class Chunk:
+    table: SnapTable
+    rows: list[tuple[Any, ...]]
+    first_seq: int
+    boundary: Boundary
+
+
+@dataclass
+class SnapshotReader:
+    """Reads the planned tables in primary-key order inside one consistent snapshot."""
+
+    conn: pymysql.Connection[Cursor]  # dedicated to the snapshot transaction
+    tables: list[SnapTable]
+    chunk_rows: int
+    table_index: int = 0
+    last_key: tuple[Any, ...] | None = None
+    next_seq: int = 0
+    boundaries: list[Boundary] = field(default_factory=list)
+
+    def estimated_rows(self) -> int:
+        total = 0
+        for t in self.tables[self.table_index :]:
+            got = query(
+                self.conn,
+                "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (t.info.schema, t.info.name),
+            )
+            total += int(got[0][0] or 0) if got else 0
+        return total
+
+    def _sql(self, t: SnapTable) -> tuple[str, list[str], list[int]]:
+        names = [m.spec.name for m in t.mappings]
+        pk = list(t.info.pk_columns)
+        key_idx = [names.index(k) for k in pk]
+        select = ", ".join(m.select for m in t.mappings)
+        return f"SELECT {select} FROM {t.info.sql}", pk, key_idx
+
+    def chunks(self) -> Iterator[Chunk]:
+        while self.table_index < len(self.tables):
+            t = self.tables[self.table_index]
+            base, pk, key_idx = self._sql(t)
+            order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
+            while True:
+                sql, params = base, list[Any]()
+                if self.last_key is not None:
+                    # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
+                    ors = []
+                    for i in range(len(pk)):
+                        terms = [f"{quote_ident(pk[j])} = %s" for j in range(i)]
+                        terms.append(f"{quote_ident(pk[i])} > %s")
+                        ors.append("(" + " AND ".join(terms) + ")")
+                        params.extend(self.last_key[: i + 1])
+                    sql += " WHERE " + " OR ".join(ors)
+                rows = query(self.conn, f"{sql}{order} LIMIT {int(self.chunk_rows)}", params)
+                if not rows:
+                    break
+                first = self.next_seq
+                self.next_seq += len(rows)
+                self.last_key = tuple(rows[-1][i] for i in key_idx)
+                b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+                self.boundaries.append(b)
+                yield Chunk(t, rows, first, b)
+                if len(rows) < self.chunk_rows:
+                    break
+            self.table_index += 1
+            self.last_key = None
+            self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+
+    def finish(self) -> None:
+        try:
+            query(self.conn, "COMMIT")
+        finally:
+            self.conn.close()
+
+    def resume_point(self, acked_seq: int) -> Boundary | None:
+        """The last boundary at or below an acknowledged seq (drops older ones)."""
+        best: Boundary | None = None
+        keep: list[Boundary] = []
+        for b in self.boundaries:
+            if b.seq <= acked_seq:
+                best = b
+            else:
+                keep.append(b)
+        if best is not None:
+            self.boundaries = [best, *keep]
+        return best

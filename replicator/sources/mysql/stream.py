@@ -1,0 +1,539 @@
+"""Binlog row events -> ChangeEvents: transactions, positions, table maps, DDL.
+
+``BinlogStream`` reads with mysql-replication's ``BinLogStreamReader`` in non-blocking mode
+(the server sends what it has, then EOF) from ``resume`` = (file, offset), always the start of
+a transaction (or a point between transactions), and keeps ``resume`` there as it goes; see
+``source.py`` for the position rules. Events are held back one at a time so the last event of
+a transaction can carry ``last_in_tx=True``. A consumer that stops in the middle of a rows
+event makes the stream reconnect at the transaction start; rows at or below ``last_out`` (the
+last position handed out) or their table's committed position are skipped, so nothing is lost
+or repeated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from replicator.errors import BadInputError, SchemaChangeError, TerminalError
+from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
+from replicator.sources.mysql.types import (
+    RowConverter,
+    ValueConversionError,
+    def_from_binlog,
+    map_column,
+)
+
+log = logging.getLogger(__name__)
+compat.install()
+
+_setattr = object.__setattr__
+Parts = tuple[str, int, int]
+ROW_SHIFT = 32
+_ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+_EVENTS = [
+    MariadbGtidEvent,
+    GtidEvent,
+    QueryEvent,
+    XidEvent,
+    RotateEvent,
+    TableMapEvent,
+    WriteRowsEvent,
+    UpdateRowsEvent,
+    DeleteRowsEvent,
+]
+_MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
+
+
+def make_event(
+    table: str,
+    op: Op,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    parts: Parts,
+    schema: TableSchema | None,
+    ts_ms: int | None,
+    tx_id: str | None,
+    last: bool,
+) -> ChangeEvent:
+    """A ChangeEvent without pydantic re-validation (several times cheaper; the source
+    upholds the invariants itself and the tests compare with the validated constructor)."""
+    pos = object.__new__(SourcePosition)
+    _setattr(pos, "__dict__", {"source": "mysql", "parts": parts})
+    _setattr(pos, "__pydantic_fields_set__", {"source", "parts"})
+    _setattr(pos, "__pydantic_extra__", None)
+    _setattr(pos, "__pydantic_private__", None)
+    ev = object.__new__(ChangeEvent)
+    _setattr(
+        ev,
+        "__dict__",
+        {
+            "table": table,
+            "op": op,
+            "before": before,
+            "after": after,
+            "position": pos,
+            "schema_": schema,
+            "ts_ms": ts_ms,
+            "tx_id": tx_id,
+            "last_in_tx": last,
+        },
+    )
+    _setattr(
+        ev,
+        "__pydantic_fields_set__",
+        {
+            "table",
+            "op",
+            "before",
+            "after",
+            "position",
+            "schema_",
+            "ts_ms",
+            "tx_id",
+            "last_in_tx",
+        },
+    )
+    _setattr(ev, "__pydantic_extra__", None)
+    _setattr(ev, "__pydantic_private__", None)
+    return ev
+
+
+@dataclass
+class SourceStats:
+    snapshot_rows: int = 0
+    changes: int = 0
+    skipped: int = 0  # at or below a committed / already handed-out position
+    dead_letters: int = 0
+    truncates: int = 0
+    transactions: int = 0
+    reconnects: int = 0
+
+
+@dataclass
+class _Rel:
+    table: str
+    selected: bool
+    schema: TableSchema | None = None
+    rows: RowConverter | None = None
+
+
+@dataclass
+class _Tx:
+    file: str
+    begin: int
+    tx_id: str
+    explicit: bool  # ends at XID / COMMIT (else after its single statement)
+    rows_events: int = 0
+
+
+_NOT_SELECTED = _Rel("", False)
+
+
+class BinlogStream:
+    """The streaming half of ``MySQLSource`` (shares its tables, committed positions,
+    history, dead letters and stats)."""
+
+    def __init__(
+        self,
+        params: setup.ConnParams,
+        server_id: int,
+        tables: Mapping[str, setup.TableInfo],
+        committed: Mapping[str, tuple[Any, ...]],
+        history: SchemaHistory,
+        dead_letters: DeadLetterSink,
+        stats: SourceStats,
+        zero_dates: str,
+        resume: tuple[str, int],
+        last_out: tuple[Any, ...] = (),
+    ) -> None:
+        self.params = params
+        self.server_id = server_id
+        self.tables = tables
+        self.committed = committed
+        self.history = history
+        self.dead_letters = dead_letters
+        self.stats = stats
+        self.zero_dates = zero_dates
+        self.resume = resume  # where a new connection starts: a transaction boundary
+        self.last_out = last_out  # position of the last event handed out
+        self.converters: list[RowConverter] = []
+        self._file = resume[0]
+        self._reader: BinLogStreamReader | None = None
+        self._rels: dict[int, _Rel] = {}
+        self._rel_cache: dict[tuple[Any, ...], _Rel] = {}
+        self._rel_by_columns: dict[int, tuple[list[Any], int, _Rel]] = {}
+        self._tx: _Tx | None = None
+        self._pending: tuple[Any, ...] | None = None
+
+    def _open_reader(self) -> BinLogStreamReader:
+        file, pos = self.resume
+        self._reader = BinLogStreamReader(
+            connection_settings=self.params.replication_settings(),
+            server_id=self.server_id,
+            resume_stream=True,
+            blocking=False,
+            log_file=file,
+            log_pos=pos,
+            only_events=_EVENTS,
+            freeze_schema=False,
+            enable_logging=False,
+            pymysql_wrapper=compat.connect,
+        )
+        self._file = file
+        self._rels.clear()
+        self._tx = None
+        self._pending = None  # not handed out yet: re-read from the transaction's start
+        return self._reader
+
+    def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(pymysql.err.Error):
+                reader.close()
+
+    def poll(self, max_events: int) -> Iterator[ChangeEvent]:
+        """Changes until the end of the binlog for now, or a little over ``max_events`` (only
+        whole binlog events are read; events of unselected tables do not count, so an empty
+        poll means the source is idle)."""
+        fresh = self._reader is None
+        reader = self._reader or self._open_reader()
+        stop = self.stats.changes + max_events
+        while self.stats.changes < stop:
+            try:
+                ev = reader.fetchone()
+            except pymysql.err.MySQLError as exc:
+                self.close()
+                setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")
+                return
+            if ev is None:  # non-blocking dump: the end of the binlog, as of when it was sent
+                self.close()
+                if fresh:
+                    return
+                fresh = True  # an EOF from an earlier poll's connection may be stale: look again
+                reader = self._open_reader()
+                continue
+            finished = False
+            try:
+                yield from self._handle(ev)
+                finished = True
+            finally:
+                if not finished:  # the consumer stopped mid-event: rows of it may be unread
+                    self.close()
+
+    def _handle(self, ev: Any) -> Iterator[ChangeEvent]:
+        t = type(ev)
+        pkt = ev.packet
+        if t is TableMapEvent:
+            self._table_map(ev)
+        elif t in _ROWS_EVENTS:
+            yield from self._rows(ev)
+        elif t is XidEvent:
+            yield from self._end_tx(pkt.log_pos)
+        elif t is MariadbGtidEvent or t is GtidEvent:
+            if self._tx is not None:  # an unterminated group (should not happen): close it
+                yield from self._end_tx(None)
+            begin = pkt.log_pos - pkt.event_size
+            standalone = t is MariadbGtidEvent and bool(ev.flags & _MARIADB_FL_STANDALONE)
+            self._tx = _Tx(
+                self._file, begin, str(ev.gtid), explicit=t is MariadbGtidEvent and not standalone
+            )
+        elif t is QueryEvent:
+            yield from self._query(ev)
+        elif t is RotateEvent:
+            self._file = ev.next_binlog
+            if self._tx is None:
+                self.resume = (self._file, int(ev.position))
+            return
+        if self._tx is None and pkt.log_pos:
+            self.resume = (self._file, pkt.log_pos)
+
+    def _query(self, ev: QueryEvent) -> Iterator[ChangeEvent]:
+        pkt = ev.packet
+        q = ev.query.strip()
+        word = q[:8].upper()
+        if word.startswith("BEGIN"):
+            if self._tx is None:  # no GTID event: the transaction starts here
+                begin = pkt.log_pos - pkt.event_size
+                self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=True)
+            else:
+                self._tx.explicit = True
+            return
+        if word.startswith("COMMIT"):
+            yield from self._end_tx(pkt.log_pos)
+            return
+        begin = self._tx.begin if self._tx is not None else pkt.log_pos - pkt.event_size
+        self._ddl(ev, (self._file, begin, 0))
+        if self._tx is None or not self._tx.explicit:
+            yield from self._end_tx(pkt.log_pos)
+
+    def _end_tx(self, end_pos: int | None) -> Iterator[ChangeEvent]:
+        prev, self._pending = self._pending, None
+        tx, self._tx = self._tx, None
+        if tx is not None:
+            self.stats.transactions += 1
+        if end_pos:
+            self.resume = (self._file, end_pos)
+        if prev is not None:
+            self.last_out = prev[4]
+            yield self._emit(prev, True)
+
+    # -- schema -------------------------------------------------------------------------------
+    def _table_map(self, ev: TableMapEvent) -> None:
+        table = f"{ev.schema}.{ev.table}"
+        if table not in self.tables:
+            self._rels[ev.table_id] = _NOT_SELECTED
+            return
+        cols = ev.columns
+        version = self.history.version(table)
+        seen = self._rel_by_columns.get(id(cols))  # a cached table map: same column objects
+        if seen is not None and seen[0] is cols and seen[1] == version:
+            self._rels[ev.table_id] = seen[2]
+            return
+        meta = ev.optional_metadata
+        key_idx = sorted(set(meta.simple_primary_key_list) | set(meta.primary_keys_with_prefix))
+        sig = (
+            table,
+            version,
+            tuple(key_idx),
+            tuple(
+                (
+                    c.name,
+                    c.type,
+                    c.unsigned,
+                    c.character_set_name,
+                    getattr(c, "max_length", None),
+                    getattr(c, "precision", None),
+                    getattr(c, "decimals", None),
+                    getattr(c, "fsp", None),
+                    getattr(c, "bits", None),
+                    tuple(c.enum_values or ()),
+                    tuple(c.set_values or ()),
+                )
+                for c in cols
+            ),
+        )
+        rel = self._rel_cache.get(sig)
+        if rel is None:
+            if any(c.name is None for c in cols):
+                raise TerminalError(
+                    f"the table map of {table} has no column names",
+                    table=table,
+                    hint="SET GLOBAL binlog_row_metadata = 'FULL';",
+                )
+            if not key_idx:
+                raise SchemaChangeError(
+                    f"{table} no longer has a primary key: updates and deletes cannot be applied",
+                    table=table,
+                    position=f"{self._file}:{ev.packet.log_pos}",
+                    hint=f"ALTER TABLE {self.tables[table].sql} ADD PRIMARY KEY (...);  -- then "
+                    "re-snapshot the table (drop its Iceberg table)",
+                )
+            hints = self.history.get(table)
+            key = tuple(cols[i].name for i in key_idx)
+            try:
+                mappings = [
+                    map_column(
+                        def_from_binlog(
+                            c, is_bool=hints.is_bool(c.name), is_json=hints.is_json(c.name)
+                        ),
+                        key=c.name in key,
+                    )
+                    for c in cols
+                ]
+            except ValueConversionError as exc:
+                raise SchemaChangeError(str(exc), table=table) from None
+            schema = TableSchema(
+                table=table, columns=tuple(m.spec for m in mappings), key_columns=key
+            )
+            rows = RowConverter.build(mappings, key, self.zero_dates)
+            self.converters.append(rows)
+            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows)
+            if len(self._rel_cache) > 4096:  # unbounded DDL churn: start over
+                self._rel_cache = {sig: rel}
+        if len(self._rel_by_columns) > 4096:
+            self._rel_by_columns.clear()
+        self._rel_by_columns[id(cols)] = (cols, version, rel)
+        self._rels[ev.table_id] = rel
+
+    def _ddl(self, ev: QueryEvent, at: Parts) -> None:
+        db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else ev.schema
+        where = SourcePosition(source="mysql", parts=at)
+        for ch in parse_ddl(ev.query, db or None):
+            if ch.table not in self.tables:
+                continue
+            if ch.kind == "rename" or (ch.kind == "alter" and ch.new_name):
+                raise SchemaChangeError(
+                    f"table {ch.table} was renamed to {ch.new_name}; the source stops here",
+                    table=ch.table,
+                    position=where,
+                    hint=f"replicate it under its new name: drop its Iceberg table and put "
+                    f"{ch.new_name} in source.tables (it is snapshotted), or remove "
+                    f"{ch.table} from source.tables to go on without it",
+                )
+            if ch.kind == "drop":
+                raise SchemaChangeError(
+                    f"table {ch.table} was dropped; the source stops here (the Iceberg table "
+                    "keeps its rows)",
+                    table=ch.table,
+                    position=where,
+                    hint=f"remove {ch.table} from source.tables to go on without it",
+                )
+            if ch.kind == "truncate":
+                self.stats.truncates += 1
+                log.warning(
+                    "TRUNCATE of %s is not replicated; the Iceberg table keeps its rows", ch.table
+                )
+                self.dead_letters.put(
+                    DeadLetter(
+                        reason="TRUNCATE is not replicated: the Iceberg table keeps the "
+                        "truncated rows",
+                        table=ch.table,
+                        position=str(where),
+                        raw=ev.query[:4096],
+                    )
+                )
+                continue
+            for old, new in ch.renamed_columns:
+                log.warning(
+                    "%s: column %s renamed to %s; it continues as a new column (the old "
+                    "one stays in Iceberg, null from here on)",
+                    ch.table,
+                    old,
+                    new,
+                )
+            self.history.apply(ch, at)
+
+    # -- rows ---------------------------------------------------------------------------------
+    def _rows(self, ev: Any) -> Iterator[ChangeEvent]:
+        tx = self._tx
+        if tx is None:  # a rows event outside a transaction (should not happen): its own one
+            begin = ev.packet.log_pos - ev.packet.event_size
+            tx = self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=False)
+        ordinal = tx.rows_events
+        tx.rows_events += 1
+        rel = self._rels.get(ev.table_id)
+        if rel is None or not rel.selected:
+            return
+        table = rel.table
+        base = ordinal << ROW_SHIFT
+        done = self.committed.get(table, ())
+        threshold = done if done > self.last_out else self.last_out
+        if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
+            self.stats.skipped += 1  # a whole event already applied: not even decoded
+            return
+        try:
+            rows = ev.rows
+        except Exception as exc:  # library decoding failed: the row boundaries are lost
+            raise TerminalError(
+                f"cannot decode a rows event of {table}: {exc!r}",
+                table=table,
+                position=f"{tx.file}:{ev.packet.log_pos}",
+            ) from None
+        conv = rel.rows
+        assert conv is not None
+        t = type(ev)
+        ts_ms = ev.timestamp * 1000
+        for i, row in enumerate(rows):
+            parts = (tx.file, tx.begin, base | i)
+            if parts <= threshold:
+                self.stats.skipped += 1
+                continue
+            try:
+                if t is WriteRowsEvent:
+                    item: tuple[Any, ...] = (
+                        table,
+                        Op.CREATE,
+                        None,
+                        conv.from_binlog(row["values"], row["none_sources"]),
+                        parts,
+                        rel.schema,
+                        ts_ms,
+                        tx.tx_id,
+                    )
+                elif t is UpdateRowsEvent:
+                    before = conv.from_binlog(row["before_values"], row["before_none_sources"])
+                    after = conv.from_binlog(row["after_values"], row["after_none_sources"])
+                    item = (table, Op.UPDATE, before, after, parts, rel.schema, ts_ms, tx.tx_id)
+                else:
+                    item = (
+                        table,
+                        Op.DELETE,
+                        conv.from_binlog(row["values"], row["none_sources"]),
+                        None,
+                        parts,
+                        rel.schema,
+                        ts_ms,
+                        tx.tx_id,
+                    )
+            except ValueConversionError as exc:
+                raw = row.get("values") or row.get("after_values") or {}
+                self._dead_letter(table, rel.schema, raw, parts, exc)
+                continue
+            prev, self._pending = self._pending, item
+            if prev is not None:
+                self.last_out = prev[4]
+                yield self._emit(prev, False)
+
+    def _emit(self, item: tuple[Any, ...], last: bool) -> ChangeEvent:
+        table, op, before, after, parts, schema, ts_ms, tx_id = item
+        self.stats.changes += 1
+        return make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)
+
+    def _dead_letter(
+        self,
+        table: str,
+        schema: TableSchema | None,
+        values: Mapping[str, Any],
+        parts: Parts,
+        exc: ValueConversionError,
+    ) -> None:
+        dead_letter(self.dead_letters, self.stats, table, schema, values, parts, exc)
+
+
+def dead_letter(
+    sink: DeadLetterSink,
+    stats: SourceStats,
+    table: str,
+    schema: TableSchema | None,
+    values: Mapping[str, Any],
+    parts: Parts,
+    exc: ValueConversionError,
+) -> None:
+    """A row that cannot be converted: dead-lettered with table, key and position."""
+    key = None if schema is None else {k: values.get(k) for k in schema.key_columns}
+    pos = SourcePosition(source="mysql", parts=parts)
+    err = BadInputError(str(exc), table=table, key=key, position=pos)
+    stats.dead_letters += 1
+    log.warning("dead letter: %s", err)
+    raw = orjson.dumps(
+        {
+            k: v if isinstance(v, str | int | float | bool) or v is None else repr(v)
+            for k, v in values.items()
+        },
+        default=repr,
+    ).decode()
+    sink.put(DeadLetter(reason=err.message, table=table, key=key, position=str(pos), raw=raw))
