@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: install system-deps jars test test-long lint demo bench clean
+.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql bench clean
 
 install: $(STAMP) jars
 
@@ -38,8 +38,14 @@ lint: install
 demo: install system-deps
 	$(BIN)/python -m sample_dbs.demo
 
+demo-debezium: install
+	$(BIN)/python -m sample_dbs.demo_debezium
+
+demo-mysql: install system-deps
+	$(BIN)/python -m sample_dbs.demo_mysql
+
 bench: install system-deps
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf .demo .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .demo .demo-debezium .demo-mysql .cache .pytest_cache .mypy_cache .ruff_cache
