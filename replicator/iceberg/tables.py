@@ -36,6 +36,7 @@ from replicator.config import IcebergConfig
 from replicator.errors import ConfigError, SchemaChangeError
 from replicator.events.model import SourcePosition, TableSchema
 from replicator.events.types import can_promote, parse_decimal
+from replicator.pipeline.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ class TableManager:
             for name, _old, new in promotions:
                 update.update_column(name, field_type=iceberg_type(new))
         state.table = state.table.refresh()
+        crash_point("schema-evolved")
         for name, type_ in adds:
             log.info("%s: added column %s %s", state.identifier, name, type_)
         for name, old, new in promotions:

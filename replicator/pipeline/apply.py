@@ -45,6 +45,7 @@ from replicator.iceberg.tables import (
     committed_writer,
     engine_type,
 )
+from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.staging import stage_events
 from spark.apply_stage import StageResult, StageSpec, apply_local, apply_with_spark
 from spark.file_writer import (
@@ -137,6 +138,7 @@ def apply_table(ctx: ApplyContext, events: Sequence[ChangeEvent], end: SourcePos
         elif f.content == CONTENT_EQUALITY_DELETES:
             delete_files.append(equality_delete_file_from_parquet(table, f.path, key_ids))
             totals.equality_deletes += f.records
+    crash_point("files-written")
     _commit(ctx, state, data_files, delete_files, end)
     totals.commit_seconds += time.perf_counter() - t1
     totals.data_files += len(data_files)

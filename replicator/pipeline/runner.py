@@ -27,6 +27,7 @@ from replicator.iceberg.tables import (
 )
 from replicator.pipeline.apply import ApplyContext, TableTotals, apply_table
 from replicator.pipeline.batcher import Batcher
+from replicator.pipeline.crashpoints import crash_point
 from replicator.sources.base import ChangeSource
 
 log = logging.getLogger(__name__)
@@ -229,10 +230,13 @@ class Replicator:
                 log.error("stopping table %s: %s", table, exc)
                 continue
             self.committed[table] = batch.end_position
+        crash_point("committed")
         # Only now is every table's part of the batch durable: tell the source.
         ack = self._ack_position(batch.end_position)
         if ack is not None:
             self.source.acknowledge(ack)
+        if getattr(self.source, "snapshot_in_progress", False):
+            crash_point("snapshot-batch")
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
         log.info(
