@@ -20,6 +20,7 @@ examples:
   replicator run --config replicator.yaml --until-idle   replicate what is there, then stop
   replicator run --config replicator.yaml                replicate continuously (Ctrl-C stops)
   replicator status --config replicator.yaml --rows      what each Iceberg table holds
+  replicator diff --config replicator.yaml [--json]      compare source and Iceberg tables
 
 config (YAML):
   source:   {type: debezium-json | postgres | mysql, path: ..., dsn: ..., tables: [...],
@@ -51,6 +52,24 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="show the replicated tables")
     st.add_argument("--config", type=Path, required=True, help="YAML config file")
     st.add_argument("--rows", action="store_true", help="count live rows through Spark/Iceberg Java")
+
+    df = sub.add_parser(
+        "diff",
+        help="compare the source tables with their Iceberg tables",
+        description="Compare each source table with its Iceberg table (read by Iceberg Java "
+        "through Spark) at one source position. Exit 0: every table matches; 1: some table "
+        "differs; 2: the diff could not run.",
+    )
+    df.add_argument("--config", type=Path, required=True, help="YAML config file")
+    df.add_argument("--table", action="append", metavar="T",
+                    help="only this table (source schema.table or Iceberg name); repeatable")
+    df.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    df.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                    help="wait this long for the engine to reach the source position (default 60)")
+    df.add_argument("--chunk-rows", type=int, default=10_000, metavar="N",
+                    help="rows per key range digest (default 10000)")
+    df.add_argument("--max-keys", type=int, default=5, metavar="N",
+                    help="keys listed per kind of difference (default 5)")
     return p
 
 
@@ -74,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(cfg, args)
         if args.command == "status":
             return _status(cfg, rows=args.rows)
+        if args.command == "diff":
+            return _diff(cfg, args)
     except ConfigError as exc:
         print(f"replicator: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -122,6 +143,32 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
     reports = [table_report(catalog.load_table(i), spark) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
     print(format_reports(reports) if reports else f"no tables in namespace {cfg.iceberg.namespace}")
     return EXIT_OK
+
+
+def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    """Exit 0 all match, 1 some table differs, 2 the diff could not run (never 1 for a crash:
+    a failed comparison must not read as "the tables differ")."""
+    from replicator.verify.diff import run_diff
+    from replicator.verify.model import EXIT_CANNOT_DIFF, DiffError
+    from replicator.verify.report import error_json, to_json, to_text
+
+    try:
+        report = run_diff(cfg, tables=args.table, wait_seconds=args.wait,
+                          chunk_rows=args.chunk_rows, max_keys=args.max_keys)
+    except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, DiffError):
+            message = str(exc)
+        elif isinstance(exc, KeyboardInterrupt):
+            message = "interrupted"
+        else:  # unexpected: the traceback goes to the debug log (-v)
+            logging.getLogger(__name__).debug("diff failed", exc_info=True)
+            message = f"the diff failed: {type(exc).__name__}: {exc}"
+        if args.json:
+            print(error_json(message))
+        print(f"replicator diff: {message}", file=sys.stderr)
+        return EXIT_CANNOT_DIFF
+    print(to_json(report) if args.json else to_text(report))
+    return report.exit_code
 
 
 if __name__ == "__main__":
