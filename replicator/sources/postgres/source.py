@@ -123,6 +123,9 @@ class PostgresSource(ChangeSource):
         self._chunk: Chunk | None = None
         self._chunk_pos = 0
         self._snap_rels: dict[str, RelState] = {}
+        self._snap_last_seq = -1  # last snapshot row handed out
+        self._snap_acked_seq = -1  # last snapshot row the pipeline committed
+        self._snap_read_all = False
         self._bar: tqdm[Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -264,6 +267,7 @@ class PostgresSource(ChangeSource):
             if ev is not None:
                 assert self._snap_lsn is not None
                 self._asm.last_out = (self._snap_lsn, seq)
+                self._snap_last_seq = seq
                 yield ev
 
     def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
@@ -285,6 +289,9 @@ class PostgresSource(ChangeSource):
         assert self._snap is not None
         self._snap.finish()
         self._snap_chunks = None
+        self._snap_read_all = True
+        with self._lock:
+            self._maybe_complete_snapshot()
         self._chunk = None
         if self._bar is not None:
             self._bar.close()
@@ -382,8 +389,23 @@ class PostgresSource(ChangeSource):
                         self._snap_state.save(self.state_path)
             self._advance_idle()
 
+    def _maybe_complete_snapshot(self) -> None:
+        """Every row is read and every row handed out is committed: record the snapshot as
+        complete now, not only at the first streamed acknowledgement (which may never come
+        in this process; a restart would then take the finished snapshot for a half-read one)."""
+        st = self._snap_state
+        if st is None or st.complete or not self._snap_read_all:
+            return
+        if self._snap_acked_seq >= self._snap_last_seq:
+            st.complete = True
+            st.table_index = len(st.tables)
+            if self.state_path:
+                st.save(self.state_path)
+
     def _ack_snapshot(self, seq: int) -> None:
-        if self._snap is None or self._snap_state is None:
+        self._snap_acked_seq = max(self._snap_acked_seq, seq)
+        self._maybe_complete_snapshot()
+        if self._snap is None or self._snap_state is None or self._snap_state.complete:
             return
         b = self._snap.resume_point(seq)
         if b is None:
