@@ -12,13 +12,14 @@ baseline of the stage's overhead, and by tests that exercise the mapping alone).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import orjson
 import pyarrow as pa
 
-from ops_mapping import BatchMapper, MappingPolicy
+from ops_mapping import BatchMapper, MappingPolicy, MappingStats
 from replicator.pipeline.staging import SEQ
 from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
 
@@ -82,14 +83,8 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
     return run
 
 
-def _stats_dict(stats: object) -> dict[str, int]:
-    if isinstance(stats, dict):
-        return {str(k): int(v) for k, v in stats.items()}
-    if hasattr(stats, "model_dump"):
-        return {k: int(v) for k, v in stats.model_dump().items()}
-    if hasattr(stats, "__dataclass_fields__"):
-        return {k: int(getattr(stats, k)) for k in stats.__dataclass_fields__}
-    return {}
+def _stats_dict(stats: MappingStats) -> dict[str, int]:
+    return {k: int(v) for k, v in dataclasses.asdict(stats).items()}
 
 
 def _collect(rows: list[dict]) -> StageResult:
