@@ -155,6 +155,44 @@ class ChangeEvent(BaseModel):
         return tuple(row.get(k) for k in key_columns)
 
 
+_setattr = object.__setattr__
+_EVENT_FIELDS = frozenset(ChangeEvent.model_fields)
+
+
+def trusted_event(
+    source: str,
+    table: str,
+    op: Op,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    parts: tuple[int | str, ...],
+    schema: TableSchema | None,
+    ts_ms: int | None,
+    tx_id: str | None,
+    last_in_tx: bool,
+) -> ChangeEvent:
+    """A ChangeEvent built without pydantic re-validation, for source hot paths.
+
+    The validated constructor copies both row dicts (about 6x the cost with 10 columns),
+    which caps a source at ~60k events/s. Callers uphold the invariants themselves ('after'
+    for c/r/u, 'before' for d); tests compare the result with the validated constructor.
+    """
+    pos = object.__new__(SourcePosition)
+    _setattr(pos, "__dict__", {"source": source, "parts": parts})
+    _setattr(pos, "__pydantic_fields_set__", {"source", "parts"})
+    _setattr(pos, "__pydantic_extra__", None)
+    _setattr(pos, "__pydantic_private__", None)
+    ev = object.__new__(ChangeEvent)
+    _setattr(ev, "__dict__", {
+        "table": table, "op": op, "before": before, "after": after, "position": pos,
+        "schema_": schema, "ts_ms": ts_ms, "tx_id": tx_id, "last_in_tx": last_in_tx,
+    })  # fmt: skip
+    _setattr(ev, "__pydantic_fields_set__", set(_EVENT_FIELDS))
+    _setattr(ev, "__pydantic_extra__", None)
+    _setattr(ev, "__pydantic_private__", None)
+    return ev
+
+
 class ChangeBatch(BaseModel):
     """Events closed at a transaction boundary, grouped per table, in source order."""
 

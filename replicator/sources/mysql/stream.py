@@ -37,7 +37,7 @@ from pymysqlreplication.row_event import (
 
 from replicator.errors import BadInputError, SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, trusted_event
 from replicator.sources.mysql import compat, setup
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
@@ -50,7 +50,6 @@ from replicator.sources.mysql.types import (
 log = logging.getLogger(__name__)
 compat.install()
 
-_setattr = object.__setattr__
 Parts = tuple[str, int, int]
 ROW_SHIFT = 32
 _ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
@@ -79,47 +78,8 @@ def make_event(
     tx_id: str | None,
     last: bool,
 ) -> ChangeEvent:
-    """A ChangeEvent without pydantic re-validation (several times cheaper; the source
-    upholds the invariants itself and the tests compare with the validated constructor)."""
-    pos = object.__new__(SourcePosition)
-    _setattr(pos, "__dict__", {"source": "mysql", "parts": parts})
-    _setattr(pos, "__pydantic_fields_set__", {"source", "parts"})
-    _setattr(pos, "__pydantic_extra__", None)
-    _setattr(pos, "__pydantic_private__", None)
-    ev = object.__new__(ChangeEvent)
-    _setattr(
-        ev,
-        "__dict__",
-        {
-            "table": table,
-            "op": op,
-            "before": before,
-            "after": after,
-            "position": pos,
-            "schema_": schema,
-            "ts_ms": ts_ms,
-            "tx_id": tx_id,
-            "last_in_tx": last,
-        },
-    )
-    _setattr(
-        ev,
-        "__pydantic_fields_set__",
-        {
-            "table",
-            "op",
-            "before",
-            "after",
-            "position",
-            "schema_",
-            "ts_ms",
-            "tx_id",
-            "last_in_tx",
-        },
-    )
-    _setattr(ev, "__pydantic_extra__", None)
-    _setattr(ev, "__pydantic_private__", None)
-    return ev
+    """A mysql ChangeEvent without re-validation (see ``trusted_event``)."""
+    return trusted_event("mysql", table, op, before, after, parts, schema, ts_ms, tx_id, last)
 
 
 @dataclass
