@@ -53,6 +53,11 @@ class Batcher:
             return self._close()
         return None
 
+    @property
+    def expired(self) -> bool:
+        """The pending batch is older than ``max_seconds``."""
+        return self._opened_at is not None and self.clock() - self._opened_at >= self.limits.max_seconds
+
     def _full(self) -> bool:
         if self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes:
             return True

@@ -44,9 +44,17 @@ def stage_events(
     live = list(events)
     dropped = 0
     while True:
-        bad = _find_unmappable(live, columns, key_columns)
+        # Fast path: build once. Only when a key is missing or a column does not convert is
+        # the batch checked value by value to name (and dead-letter) the culprits.
+        bad = _missing_keys(live, key_columns)
         if not bad:
-            break
+            try:
+                table = _build(live, columns, key_columns)
+                return StagedBatch(table=table, events=len(live), dead_lettered=dropped)
+            except _CONVERSION_ERRORS:
+                bad = _find_unmappable(live, columns, key_columns)
+                if not bad:
+                    raise
         for idx, reason in sorted(bad.items(), reverse=True):
             ev = live.pop(idx)
             dead_letters.put(
@@ -59,7 +67,21 @@ def stage_events(
                 )
             )
             dropped += 1
-    return StagedBatch(table=_build(live, columns, key_columns), events=len(live), dead_lettered=dropped)
+
+
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def _missing_keys(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> dict[int, str]:
+    bad: dict[int, str] = {}
+    for i, ev in enumerate(events):
+        for k in key_columns:
+            if ev.op is not Op.DELETE and (ev.after is None or ev.after.get(k) is None):
+                bad[i] = f"key column {k} is null or missing in the 'after' image"
+            b = _before_key_row(ev)
+            if ev.op in (Op.UPDATE, Op.DELETE) and (b is None or b.get(k) is None):
+                bad[i] = f"key column {k} is null or missing in the 'before' image"
+    return bad
 
 
 def _safe_key(ev: ChangeEvent, key_columns: Sequence[str]) -> Any:
@@ -103,25 +125,18 @@ def _find_unmappable(
     by row to name the culprits."""
     bad: dict[int, str] = {}
     types = dict(columns)
-    for i, ev in enumerate(events):
-        for k in key_columns:
-            if ev.op is not Op.DELETE and (ev.after is None or ev.after.get(k) is None):
-                bad[i] = f"key column {k} is null or missing in the 'after' image"
-            b = _before_key_row(ev)
-            if ev.op in (Op.UPDATE, Op.DELETE) and (b is None or b.get(k) is None):
-                bad[i] = f"key column {k} is null or missing in the 'before' image"
     for name, type_ in columns:
         at = arrow_type(type_)
         values = [e.after.get(name) if e.after is not None else None for e in events]
         try:
             pa.array(values, type=at)
             continue
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        except _CONVERSION_ERRORS:
             pass
         for i, v in enumerate(values):
             try:
                 pa.array([v], type=at)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            except _CONVERSION_ERRORS as exc:
                 bad.setdefault(i, f"value {v!r} of column {name} does not fit Iceberg type {type_}: {exc}")
     befores = [_before_key_row(e) for e in events]
     for k in key_columns:
@@ -130,11 +145,11 @@ def _find_unmappable(
         try:
             pa.array(keys, type=at)
             continue
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        except _CONVERSION_ERRORS:
             pass
         for i, v in enumerate(keys):
             try:
                 pa.array([v], type=at)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            except _CONVERSION_ERRORS as exc:
                 bad.setdefault(i, f"before key {k}={v!r} does not fit Iceberg type {types[k]}: {exc}")
     return bad

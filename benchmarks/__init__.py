@@ -1,0 +1,1 @@
+"""Benchmarks of the replicator (``make bench`` runs ``python -m benchmarks.run``)."""

@@ -1,0 +1,433 @@
+"""Runs the engine (``Replicator``, engine "spark") under measurement, without changing it.
+
+* ``ControlledSource`` wraps the source the engine would build from its config: it times
+  every ``poll()`` (source read + decode + event building) and, when the source has been idle
+  for two polls in a row (everything read is committed), calls the scenario's next step
+  (e.g. write the next workload into the database while the engine waits) or stops the run.
+* ``Probes`` wraps engine functions by name (monkeypatching their module attributes) to time
+  staging, the Spark job, the catalog commit, and to record every commit: its wall time and
+  how many data / position-delete / equality-delete files it added.
+* The Spark job is split further by ``benchmarks.spark_probe`` (mapping vs file writing inside
+  Spark's Python worker), when Spark was started with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.manifest import DataFileContent
+
+import replicator.pipeline.apply as apply_mod
+import replicator.pipeline.runner as runner_mod
+from benchmarks.procs import MemoryReport, MemorySampler, load_average
+from replicator.config import RunConfig
+from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.pipeline.runner import Replicator, RunSummary, build_source
+from replicator.sources.base import ChangeSource
+
+
+class StopRun(Exception):
+    """Raised from the source's poll to end a continuous engine run."""
+
+
+@dataclass
+class CommitRecord:
+    wall: float  # time.time() when the catalog accepted the snapshot
+    mono: float
+    table: str
+    data_files: int
+    position_delete_files: int
+    equality_delete_files: int
+    seconds: float
+
+
+@dataclass
+class Timings:
+    """Seconds per part of the engine's work, accumulated since ``reset``."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    commits: list[CommitRecord] = field(default_factory=list)
+    table_batches: int = 0
+    events_applied: int = 0
+    # Called after each table's batch is committed (the lag measurement uses it).
+    after_apply: Callable[[Sequence[ChangeEvent], CommitRecord | None], None] | None = None
+
+    def add(self, name: str, seconds: float) -> None:
+        self.parts[name] = self.parts.get(name, 0.0) + seconds
+
+    def reset(self) -> None:
+        self.parts = {}
+        self.commits = []
+        self.table_batches = 0
+        self.events_applied = 0
+
+
+def _patch(module: Any, name: str, make: Callable[[Any], Any], undo: list[Callable[[], None]]) -> None:
+    orig = getattr(module, name)
+    setattr(module, name, make(orig))
+    undo.append(lambda: setattr(module, name, orig))
+
+
+_ACTIVE: list[Timings] = [Timings()]  # the session whose loop runs now (sessions may nest)
+
+
+def set_active(t: Timings) -> None:
+    _ACTIVE[0] = t
+
+
+class _Routed:
+    """Forwards to the active session's ``Timings``."""
+
+    def add(self, name: str, seconds: float) -> None:
+        _ACTIVE[0].add(name, seconds)
+
+    @property
+    def commits(self) -> list[CommitRecord]:
+        return _ACTIVE[0].commits
+
+    @property
+    def current(self) -> Timings:
+        return _ACTIVE[0]
+
+
+class Probes:
+    """Context manager installing the timing wrappers on the engine's modules (once, also
+    when sessions nest); they record into the active session's ``Timings``."""
+
+    _depth = 0
+
+    def __init__(self) -> None:
+        self.t = _Routed()
+        self._undo: list[Callable[[], None]] = []
+
+    def _timed(self, name: str) -> Callable[[Any], Any]:
+        def make(fn: Any) -> Any:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.t.add(name, time.perf_counter() - t0)
+
+            return wrapper
+
+        return make
+
+    def _commit(self, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(table: Any, *, data_files: Any, delete_files: Any, **kwargs: Any) -> Any:
+            data, deletes = list(data_files), list(delete_files)
+            t0 = time.perf_counter()
+            snap = fn(table, data_files=data, delete_files=deletes, **kwargs)
+            dt = time.perf_counter() - t0
+            self.t.add("catalog_commit", dt)
+            self.t.commits.append(CommitRecord(
+                wall=time.time(), mono=time.monotonic(), table=".".join(table.name()),
+                data_files=len(data),
+                position_delete_files=sum(
+                    1 for f in deletes if f.content == DataFileContent.POSITION_DELETES),
+                equality_delete_files=sum(
+                    1 for f in deletes if f.content == DataFileContent.EQUALITY_DELETES),
+                seconds=dt,
+            ))  # fmt: skip
+            return snap
+
+        return wrapper
+
+    def _apply_table(self, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(ctx: Any, events: Sequence[ChangeEvent], end: SourcePosition) -> Any:
+            n = len(self.t.commits)
+            t0 = time.perf_counter()
+            out = fn(ctx, events, end)
+            cur = self.t.current
+            cur.add("apply_table", time.perf_counter() - t0)
+            cur.table_batches += 1
+            cur.events_applied += len(events)
+            if cur.after_apply is not None:
+                cur.after_apply(events, cur.commits[-1] if len(cur.commits) > n else None)
+            return out
+
+        return wrapper
+
+    def __enter__(self) -> Probes:
+        Probes._depth += 1
+        if Probes._depth > 1:
+            return self
+        u = self._undo
+        _patch(apply_mod, "stage_events", self._timed("staging"), u)
+        _patch(apply_mod, "apply_with_spark", self._timed("spark_job"), u)
+        _patch(apply_mod, "commit_row_delta", self._commit, u)
+        _patch(runner_mod, "apply_table", self._apply_table, u)
+        with contextlib.suppress(ImportError):
+            import replicator.sources.postgres.replication as pg_repl
+            import replicator.sources.postgres.source as pg_source
+
+            _patch(pg_source, "decode", self._timed("pg_decode"), u)
+            _patch(pg_repl.ReplicationConnection, "read", self._timed("pg_transport"), u)
+        with contextlib.suppress(ImportError):
+            from pymysqlreplication import BinLogStreamReader
+
+            _patch(BinLogStreamReader, "fetchone", self._timed("binlog_fetch_parse"), u)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Probes._depth -= 1
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+
+_SOURCE_INTERNAL = ("pg_transport", "pg_decode", "binlog_fetch_parse")
+
+
+class ControlledSource(ChangeSource):
+    """Delegates to the engine's real source; times polls; drives the scenario when idle."""
+
+    kind = "controlled"
+
+    def __init__(self, timings: Timings) -> None:  # ChangeSource.__init__: see attach()
+        self.inner: ChangeSource | None = None
+        self.t = timings
+        self.on_idle: Callable[[], None] | None = None
+        self.empty_polls = 0
+        self.phase_start: float | None = None  # monotonic time of the first poll of a phase
+        self._arm = False
+
+    def attach(self, inner: ChangeSource) -> None:
+        self.inner = inner
+        self.dead_letters = inner.dead_letters
+
+    # The runner reads these from its source.
+    @property
+    def reads_may_repeat(self) -> bool:  # type: ignore[override]
+        assert self.inner is not None
+        return self.inner.reads_may_repeat
+
+    @property
+    def upsert_until(self) -> SourcePosition | None:  # type: ignore[override]
+        assert self.inner is not None
+        return self.inner.upsert_until
+
+    @property
+    def fencing_token(self) -> int | None:  # type: ignore[override]
+        assert self.inner is not None
+        return self.inner.fencing_token
+
+    def start_phase(self) -> None:
+        """The next poll starts a measured phase (after the step that wrote the changes)."""
+        self._arm = True
+
+    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+        assert self.inner is not None
+        self.inner.start(committed)
+
+    def poll(self) -> Iterator[ChangeEvent]:
+        assert self.inner is not None
+        set_active(self.t)
+        if self._arm:
+            self._arm = False
+            self.t.reset()
+            self.phase_start = time.monotonic()
+        got = 0
+        # Source-internal timers (transport, decode) also tick while an idle poll waits for
+        # data: an empty poll's share is taken back below.
+        before = {k: self.t.parts[k] for k in _SOURCE_INTERNAL if k in self.t.parts}
+        t = time.perf_counter()
+        for ev in self.inner.poll():
+            self.t.add("source_read", time.perf_counter() - t)
+            got += 1
+            yield ev
+            t = time.perf_counter()
+        if got:
+            self.t.add("source_read", time.perf_counter() - t)
+            self.empty_polls = 0
+            return
+        for k in _SOURCE_INTERNAL:
+            if k in before:
+                self.t.parts[k] = before[k]
+            else:
+                self.t.parts.pop(k, None)
+        self.empty_polls += 1
+        if self.empty_polls >= 2 and self.on_idle is not None:
+            self.empty_polls = 0
+            self.on_idle()
+
+    def acknowledge(self, position: SourcePosition) -> None:
+        assert self.inner is not None
+        t0 = time.perf_counter()
+        self.inner.acknowledge(position)
+        self.t.add("source_ack", time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+@dataclass
+class Phase:
+    name: str
+    start: float  # monotonic
+    end: float  # monotonic time of the phase's last commit
+    events: int
+    batches: int
+    parts: dict[str, float]
+    commits: list[CommitRecord]
+    table_batches: int
+    memory: MemoryReport | None = None
+    loadavg: str = ""
+    worker: dict[str, float] = field(default_factory=dict)  # from benchmarks.spark_probe
+
+    @property
+    def seconds(self) -> float:
+        return max(self.end - self.start, 1e-9)
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+Step = Callable[[], bool]
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def _probe_sums(path: str | None, offset: int) -> dict[str, float]:
+    """Seconds the Spark Python workers spent mapping / writing files since ``offset``."""
+    if not path:
+        return {}
+    out: dict[str, float] = {}
+    try:
+        with open(path) as fh:
+            fh.seek(offset)
+            for line in fh:
+                rec = json.loads(line)
+                for k in ("map", "write", "write_close"):
+                    out[k] = out.get(k, 0.0) + float(rec.get(k, 0.0))
+                out["tasks"] = out.get("tasks", 0.0) + 1
+    except (OSError, ValueError):
+        return out
+    return out
+
+
+class EngineSession:
+    """One engine (own catalog, warehouse and source slot) driven through phases.
+
+    ``steps`` run in order, each when the source is idle (everything read is committed); a
+    step returns True to start a measured phase named after it (it begins at the next poll
+    and ends at the phase's last commit). After the last step the run stops at the next idle
+    point, unless ``hold()`` says to keep going (a concurrent writer is still running).
+    Sessions may nest: a step may run another session to completion.
+    """
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        spark: Any,
+        *,
+        poll_max: int | None = None,
+        memory_roots: Callable[[], list[int]] | None = None,
+        probe_path: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.probe_path = probe_path
+        self._probe_offset = 0
+        self._totals0 = (0.0, 0.0)
+        self.timings = Timings()
+        self.ctl = ControlledSource(self.timings)
+        self.rep = Replicator(cfg, engine="spark", spark=spark, source=self.ctl)
+        inner = build_source(cfg, self.rep.dead_letters)
+        if hasattr(inner, "progress"):
+            inner.progress = False
+        if poll_max is not None:  # the source's per-poll cap also caps a batch (see README)
+            for attr in ("poll_max_messages", "poll_max_events"):
+                if hasattr(inner, attr):
+                    setattr(inner, attr, poll_max)
+        self.ctl.attach(inner)
+        self.phases: list[Phase] = []
+        self._current: tuple[str, float, int, int] | None = None
+        self._sampler: MemorySampler | None = None
+        self.memory_roots = memory_roots
+
+    @property
+    def summary(self) -> RunSummary:
+        return self.rep.summary
+
+    def _totals(self) -> tuple[float, float]:
+        tables = self.summary.tables.values()
+        return sum(x.stage_seconds for x in tables), sum(x.commit_seconds for x in tables)
+
+    def _open_phase(self, name: str, start: float) -> None:
+        self._current = (name, start, self.summary.events_seen, self.summary.batches)
+        self._probe_offset = _size(self.probe_path)
+        self._totals0 = self._totals()
+        self._sampler = MemorySampler(self.memory_roots).start()
+
+    def _close_phase(self) -> None:
+        if self._current is None:
+            return
+        name, start, events0, batches0 = self._current
+        if start == 0.0:  # a phase started by a step: it began at the next poll
+            start = self.ctl.phase_start or time.monotonic()
+        t = self.timings
+        # The engine's own per-table totals (RunSummary.tables), as differences over the phase.
+        now = self._totals()
+        t.parts["summary_stage_seconds"] = now[0] - self._totals0[0]
+        t.parts["summary_commit_seconds"] = now[1] - self._totals0[1]
+        end = max((c.mono for c in t.commits), default=start)
+        mem = self._sampler.stop() if self._sampler is not None else None
+        self._sampler = None
+        self.phases.append(Phase(
+            name=name, start=start, end=end, events=self.summary.events_seen - events0,
+            batches=self.summary.batches - batches0, parts=dict(t.parts), commits=list(t.commits),
+            table_batches=t.table_batches, memory=mem, loadavg=load_average(),
+            worker=_probe_sums(self.probe_path, self._probe_offset),
+        ))  # fmt: skip
+        self._current = None
+
+    def run(
+        self,
+        first_phase: str | None,
+        steps: list[tuple[str, Step]],
+        hold: Callable[[], bool] | None = None,
+    ) -> list[Phase]:
+        """``first_phase``: measure from the start (the initial snapshot) under this name."""
+        pending = list(steps)
+
+        def on_idle() -> None:
+            self._close_phase()
+            if not pending:
+                if hold is not None and hold():
+                    return
+                raise StopRun
+            name, step = pending.pop(0)
+            if step():
+                set_active(self.timings)  # a nested session may have taken over
+                self.ctl.start_phase()
+                self._open_phase(name, 0.0)
+
+        self.ctl.on_idle = on_idle
+        set_active(self.timings)
+        self.timings.reset()
+        if first_phase is not None:
+            self._open_phase(first_phase, time.monotonic())
+        try:
+            with Probes(), contextlib.suppress(StopRun):
+                self.rep.run()
+        finally:
+            if self._sampler is not None:
+                self._sampler.stop()
+        return self.phases

@@ -1,0 +1,527 @@
+"""REPORT.md, the PNG charts and the short console table, from ``results.json``'s content.
+
+    .venv/bin/python -m benchmarks.report benchmarks/results/results.json   # re-render
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+KEY_MAP_BYTES_PER_KEY = 116  # ops_mapping.KeyPositionMap, int keys (tracemalloc, this machine)
+SOURCE_NAMES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
+WORKLOAD_ORDER = ("snapshot", "mixed", "hot", "wide")
+
+
+def _f(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, int | float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def _pg(e: dict[str, Any], cls: str) -> str:
+    """Peak MiB (growth during the phase)."""
+    peak = e.get("memory_peaks_kib", {}).get(cls)
+    g = _growth(e, cls)
+    return _mib(peak) + (f" (+{_mib(g) if g else 0})" if g is not None else "")
+
+
+def _mib(kib: Any) -> str:
+    return "n/a" if kib is None else f"{kib / 1024:,.0f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def time_split(e: dict[str, Any], kind: str, *, snapshot: bool = False) -> list[tuple[str, float]]:
+    """The engine's wall time of a phase, split into parts that add up to it."""
+    p = e["parts"]
+    w = e.get("worker") or {}
+    wall = e["seconds"]
+    read = p.get("source_read", 0.0)
+    stage = p.get("summary_stage_seconds", 0.0)
+    commit = p.get("summary_commit_seconds", 0.0)
+    spark_job = p.get("spark_job", 0.0)
+    catalog = p.get("catalog_commit", 0.0)
+    staging = p.get("staging", 0.0)
+    apply_table = p.get("apply_table", 0.0)
+    mapping = w.get("map", 0.0)
+    writing = w.get("write", 0.0) + w.get("write_close", 0.0)
+    parts: list[tuple[str, float]] = []
+    if snapshot:
+        parts.append(("source: read (snapshot SELECT + convert)", read))
+    elif kind == "postgres" and "pg_transport" in p:
+        transport = p.get("pg_transport", 0.0)
+        decode = p.get("pg_decode", 0.0)
+        parts += [
+            ("source: replication transport (libpq)", transport),
+            ("source: pgoutput decode", decode),
+            ("source: events (types, before/after, ChangeEvent)", max(read - transport - decode, 0)),
+        ]
+    elif "binlog_fetch_parse" in p:
+        fetch = p.get("binlog_fetch_parse", 0.0)
+        parts += [
+            ("source: binlog fetch + event parse (mysql-replication)", min(fetch, read)),
+            ("source: rows, types, ChangeEvent", max(read - fetch, 0)),
+        ]
+    else:
+        parts.append(("source: read (snapshot SELECT + convert)", read))
+    parts += [
+        ("staging: events -> Arrow columns (driver)", staging),
+        ("staging: Arrow -> staged Parquet file", max(stage - spark_job, 0)),
+    ]
+    if w:
+        parts += [
+            ("Spark job: scheduling, read, sort, Arrow transfer", max(spark_job - mapping - writing, 0)),
+            ("Spark worker: ops mapping", mapping),
+            ("Spark worker: file writing (Parquet)", writing),
+        ]
+    else:
+        parts.append(("Spark job (mapping + file writing included)", spark_job))
+    parts += [
+        ("commit: DataFiles from Parquet footers, refresh", max(commit - catalog, 0)),
+        ("commit: row-delta snapshot (pyiceberg + SQLite catalog)", catalog),
+        ("other apply (table ensure / schema check)", max(apply_table - staging - stage - commit, 0)),
+        ("source acknowledge", p.get("source_ack", 0.0)),
+    ]
+    accounted = sum(v for _, v in parts)
+    parts.append(("run loop, batching, unaccounted", max(wall - accounted, 0)))
+    return parts
+
+
+def _engine_rows(results: dict[str, Any], kind: str) -> list[list[str]]:
+    rows = []
+    for name in WORKLOAD_ORDER:
+        r = results.get(kind, {}).get(name)
+        if not r:
+            continue
+        e = r["engine"] or r["snapshot"]
+        if not e:
+            continue
+        f = e["files"]["per_commit"]
+        rows.append([
+            name, _f(e["events"]), _f(e["seconds"], 2), f"**{_f(e['rate'])}**", _f(e["batches"]),
+            _f(e["events_per_batch"]), _f(e["commits"]),
+            f"{f['data']:.1f} / {f['position_deletes']:.1f} / {f['equality_deletes']:.1f}",
+            "yes" if r["check"].get("equal") else "**NO**", e["loadavg"],
+        ])  # fmt: skip
+    return rows
+
+
+def _first_index(splits: dict[str, list[tuple[str, float]]], key: str) -> int:
+    for parts in splits.values():
+        for i, (k, _) in enumerate(parts):
+            if k == key:
+                return i
+    return 0
+
+
+def _growth(e: dict[str, Any], cls: str) -> int | None:
+    peak = e.get("memory_peaks_kib", {}).get(cls)
+    start = e.get("memory_start_kib", {}).get(cls)
+    if peak is None or start is None:
+        return None
+    return max(peak - start, 0)
+
+
+def _best_raw(r: dict[str, Any]) -> dict[str, Any] | None:
+    raws = [x for x in r.get("raw", []) if x.get("rate")]
+    return max(raws, key=lambda x: x["rate"]) if raws else None
+
+
+def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The targets, for mixed CDC on Postgres."""
+    r = results.get("postgres", {}).get("mixed")
+    if not r or not r.get("engine"):
+        return "Mixed CDC on PostgreSQL was not run: no verdict on the targets.\n", {}
+    e = r["engine"]
+    rate = e["rate"]
+    bl = {b["name"]: b for b in r.get("baselines", [])}
+    usable = [b for b in bl.values() if b.get("rate") and not b.get("error")]
+    faster = max(usable, key=lambda b: b["rate"]) if usable else None
+    raw = _best_raw(r)
+    src_only = e["events"] / e["parts"]["source_read"] if e["parts"].get("source_read") else None
+    verdict: dict[str, Any] = {"engine": rate}
+    lines = [
+        f"Measured in one run ({results['meta']['started']}, load average during the engine "
+        f"phase {e['loadavg']}), {r['workload']['events']:,} changes of the mixed workload:",
+        "",
+    ]
+    rows = [["this engine (Spark, default config)", f"**{_f(rate)}**", "1.00x"]]
+    for b in bl.values():
+        note = " (time cap hit: rate over the part done)" if b.get("capped") else ""
+        note += f" (failed: {b['error']})" if b.get("error") else ""
+        rows.append([b["name"] + note, _f(b.get("rate")), _ratio(rate, b.get("rate"))])
+    for x in r.get("raw", []):
+        rows.append([x["name"] + " - row messages/s", _f(x["rate"]), _ratio(rate, x["rate"])])
+    if src_only:
+        rows.append(["the engine's own source reader alone (read + decode + events)",
+                     _f(src_only), _ratio(rate, src_only)])  # fmt: skip
+    lines.append(_table(["", "events/s", "engine / this"], rows))
+    lines.append("")
+    # Target 1: >= 3x the faster baseline.
+    if faster:
+        x = rate / faster["rate"]
+        verdict["vs_baseline"] = x
+        ok = x >= 3
+        lines.append(
+            f"* **Engine >= 3x the faster baseline: {'MET' if ok else 'MISSED'}** - "
+            f"{_f(rate)} vs {_f(faster['rate'])} events/s ({faster['name']}) = {x:.2f}x."
+        )
+    else:
+        lines.append("* Engine >= 3x the faster baseline: no baseline result.")
+    # Target 2: >= 40% of the raw pgoutput read rate.
+    if raw:
+        x = rate / raw["rate"]
+        verdict["vs_raw"] = x
+        ok = x >= 0.4
+        lines.append(
+            f"* **Engine >= 40% of the raw pgoutput read rate: {'MET' if ok else 'MISSED'}** - "
+            f"{_f(rate)} vs {_f(raw['rate'])} row messages/s ({raw['name']}) = {x:.1%}."
+        )
+    # Target 3: RSS vs batch size (growth within the phase: peak minus RSS at its start).
+    sweep = sorted([*r.get("variants", []), {**e, "label": "default"}],
+                   key=lambda v: v["events_per_batch"])  # fmt: skip
+    if len(sweep) >= 2:
+        lo, hi = sweep[0], sweep[-1]
+        d_events = hi["events_per_batch"] - lo["events_per_batch"]
+        slopes = {}
+        for cls in ("driver (Python)", "Spark JVM", "Spark Python workers"):
+            a, b = _growth(lo, cls), _growth(hi, cls)
+            if a is not None and b is not None and d_events > 0:
+                slopes[cls] = (b - a) * 1024 / d_events
+        verdict["rss_slopes_bytes_per_event"] = slopes
+        budget = 2 * KEY_MAP_BYTES_PER_KEY
+        over = {k: v for k, v in slopes.items() if v > budget}
+        state = "MET" if slopes and not over else "MISSED" if over else "NOT MEASURED"
+        desc = "; ".join(f"{k} {v:+,.0f} B" for k, v in slopes.items())
+        pts = ", ".join(
+            f"{_f(v['events_per_batch'])} events/batch: driver +{_mib(_growth(v, 'driver (Python)'))}"
+            f" MiB, workers +{_mib(_growth(v, 'Spark Python workers'))} MiB" for v in sweep)
+        lines.append(
+            f"* **Peak RSS not growing with batch size beyond the key map: "
+            f"{state}** - growth of each process's RSS during the "
+            f"phase (peak minus RSS at its start) at {pts}. Per additional event of batch: "
+            f"{desc}; the key map costs about {KEY_MAP_BYTES_PER_KEY} B per key (allowed here: "
+            f"{budget} B per event per process)."
+        )
+    # Observations that explain the numbers.
+    tb = max(e["table_batches"], 1)
+    w = e.get("worker") or {}
+    overhead = e["parts"].get("spark_job", 0) - w.get("map", 0) - w.get("write", 0) - w.get(
+        "write_close", 0)  # fmt: skip
+    lines.append(
+        f"* **Spark job fixed cost**: {e['table_batches']} table-batches cost "
+        f"{e['parts'].get('spark_job', 0):.2f} s in Spark jobs, of which the Python worker's "
+        f"ops mapping and Parquet writing took {w.get('map', 0) + w.get('write', 0) + w.get('write_close', 0):.2f} s: "
+        f"{overhead / tb:.2f} s per table-batch is scheduling, reading the staged file, the "
+        "sort and the Arrow transfer, whatever the batch size."
+    )
+    snap = r.get("snapshot")
+    if snap:
+        lines.append(
+            f"* **Batch size in practice**: the default `batch.max_events` is 100,000, but the "
+            f"run loop closes a batch after every source poll that ends at a transaction "
+            f"boundary, so the initial snapshot ran as {snap['batches']} batches of "
+            f"{_f(snap['events_per_batch'])} rows (the source's per-poll cap) and this change "
+            f"phase as {e['batches']} batches of {_f(e['events_per_batch'])} events on average."
+        )
+    # What dominates.
+    split = sorted(time_split(e, "postgres"), key=lambda kv: -kv[1])
+    top = ", ".join(f"{k} {v / e['seconds']:.0%}" for k, v in split[:4])
+    lines.append(f"* **Where the time goes** (mixed, Postgres, {e['seconds']:.1f}s): {top}.")
+    return "\n".join(lines) + "\n", verdict
+
+
+def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[str, str]:
+    meta = results["meta"]
+    pngs: list[str] = []
+    chart_error = None
+    if charts:
+        try:
+            from benchmarks import charts as C
+
+            pngs = C.draw_all(results, out)
+        except ImportError as exc:
+            chart_error = f"charts skipped: {exc} (pip install matplotlib)"
+    md: list[str] = ["# Replicator benchmark report", ""]
+    m = meta["machine"]
+    md += [
+        f"Run {meta['started']}, size `{meta['size']}`, seed {meta['seed']}, "
+        f"{meta.get('seconds', 0):.0f} s in all.",
+        "",
+        "Command (the `make bench` target runs the first line with the default size):",
+        "",
+        "```sh",
+        ".venv/bin/python -m benchmarks.run",
+        *([meta["command"]] if meta["command"].strip() != "python -m benchmarks.run" else []),
+        "```",
+        "",
+        "## Machine",
+        "",
+        _table(["", ""], [
+            ["CPU", f"{m.get('cpu', '?')}, {m.get('nproc')} cores (nproc)"],
+            ["memory", m.get("memory", "?")],
+            ["kernel", m.get("kernel", "?")],
+            ["load average at start (1/5/15 min)", m.get("loadavg", "?")],
+            ["load average at end", meta.get("loadavg_end", "?")],
+            ["Spark start-up", f"{meta.get('spark_start_seconds', 0):.1f} s (not measured below)"],
+        ] + [[k, str(v)] for k, v in meta.get("versions", {}).items()]),  # fmt: skip
+        "",
+        "The machine is shared: other people run tests on it, so every measurement carries the "
+        "load average read when it ended. Sizes: " + ", ".join(
+            f"{k}={v}" for k, v in meta["sizes"].items()) + ".",  # fmt: skip
+        "",
+    ]
+    if chart_error:
+        md += [f"_{chart_error}_", ""]
+    # Workloads
+    md += ["## Workloads", ""]
+    seen = set()
+    for kind in ("postgres", "mariadb"):
+        for name in WORKLOAD_ORDER:
+            r = results.get(kind, {}).get(name)
+            if r and name not in seen:
+                seen.add(name)
+                wl = r["workload"]
+                md.append(f"* **{name}** ({wl['title']}): {wl['description']}. "
+                          f"{wl['events']:,} changes in {wl['transactions']:,} transactions "
+                          f"(ops {wl['ops']}), {wl['initial_rows']:,} initial rows, seed "
+                          f"{wl['seed']}.")  # fmt: skip
+    lag_any = next(iter(results.get("lag", {}).values()), None)
+    if lag_any and lag_any.get("workload"):
+        md.append(f"* **lag**: {lag_any['workload']['description']}; offered at "
+                  f"{lag_any['rate']:,.0f} events/s for {lag_any['seconds']:.0f} s by a writer "
+                  "process while the engine runs continuously.")  # fmt: skip
+    md.append("")
+    # Throughput
+    md += ["## End-to-end throughput of the engine", "",
+           "Events/s from the first poll of the backlog to the Iceberg commit of its last batch "
+           "(the changes were committed in the source before the engine read them; the "
+           "snapshot workload measures the initial snapshot from engine start). Files per "
+           "commit: data / position-delete / equality-delete files added by one table's "
+           "snapshot.", ""]  # fmt: skip
+    header = ["workload", "events", "seconds", "events/s", "batches", "events/batch",
+              "commits", "files per commit (data/pos/eq)", "rows match source", "load avg"]
+    for kind in ("postgres", "mariadb"):
+        rows = _engine_rows(results, kind)
+        if rows:
+            md += [f"### {SOURCE_NAMES[kind]}", "", _table(header, rows), ""]
+    if "throughput.png" in pngs:
+        md += ["![throughput](throughput.png)", ""]
+    # Time split
+    md += ["## Where the time goes", "",
+           "The engine is one thread: its wall time is the sum of these parts (seconds). Source "
+           "and Spark-stage parts come from wrappers in the benchmark (the engine is unchanged), "
+           "Spark-stage and commit totals from the engine's `RunSummary` per-table totals; the "
+           "worker's mapping / file writing from timers in Spark's Python daemon "
+           "(`benchmarks/spark_probe.py`).", ""]  # fmt: skip
+    for kind in ("postgres", "mariadb"):
+        cols = [(n, r) for n in WORKLOAD_ORDER if (r := results.get(kind, {}).get(n))
+                and (r["engine"] or r["snapshot"])]  # fmt: skip
+        if not cols:
+            continue
+        splits = {n: time_split(r["engine"] or r["snapshot"], kind, snapshot=r["engine"] is None)
+                  for n, r in cols}  # fmt: skip
+        order: list[str] = []
+        for n, _ in cols:
+            for k, _ in splits[n]:
+                if k not in order:
+                    order.append(k)
+        # Source parts first, in time_split's order; the remainder last.
+        names = sorted(order, key=lambda k: (not k.startswith("source:"), k.startswith("run loop"),
+                                             _first_index(splits, k)))  # fmt: skip
+        rows = []
+        for k in names:
+            row = [k]
+            for n, r in cols:
+                e = r["engine"] or r["snapshot"]
+                v = dict(splits[n]).get(k)
+                row.append("" if v is None else f"{v:.2f} ({v / e['seconds']:.0%})")
+            rows.append(row)
+        rows.append(["**wall**"] + [f"**{(r['engine'] or r['snapshot'])['seconds']:.2f}**"
+                                    for _, r in cols])  # fmt: skip
+        md += [f"### {SOURCE_NAMES[kind]}", "", _table(["part", *[n for n, _ in cols]], rows), ""]
+    if "time_split.png" in pngs:
+        md += ["![time split](time_split.png)", ""]
+    # Baselines and raw reads
+    md += ["## Baselines on the same change stream (PostgreSQL)", "",
+           "Each baseline reads the same changes through the same `PostgresSource` (its own "
+           "slot, created at the same point as the engine's) and the same `Batcher` limits, "
+           "reduces each micro-batch to the latest change per key, and applies it. *sink "
+           "events/s* leaves the source read out. Ratios are engine / baseline. The baselines "
+           "work per distinct key of a batch (the hot-key workload reduces 10,000 changes to "
+           "at most 100 rows) and their cost grows with the table: MERGE joins every batch with "
+           "the table, upsert scans and rewrites the files holding the batch's keys; the "
+           "engine's work does not depend on the table's size. The tables here are small "
+           "(keyspace / tables rows at most): run with a larger `--keyspace` to see that "
+           "effect.", ""]  # fmt: skip
+    rows = []
+    for name in WORKLOAD_ORDER:
+        r = results.get("postgres", {}).get(name)
+        if not r or not r.get("engine"):
+            continue
+        e = r["engine"]
+        e_sink = e["events"] / max(e["seconds"] - e["parts"].get("source_read", 0), 1e-9)
+        rows.append([name, "this engine", _f(e["events"]), _f(e["seconds"], 2),
+                     f"**{_f(e['rate'])}**", _f(e_sink), _f(e["batches"]), "1.00x", ""])  # fmt: skip
+        for b in r.get("baselines", []):
+            sink = b["events"] / b["sink_seconds"] if b.get("sink_seconds") else None
+            note = "time cap" if b.get("capped") else ""
+            note += f" error: {b['error']}" if b.get("error") else ""
+            if b.get("rows") and r["check"].get("source_rows"):
+                src = {k.split(".", 1)[1]: v for k, v in r["check"]["source_rows"].items()}
+                if not b.get("capped") and b["rows"] != src:
+                    note += " rows differ from source!"
+            rows.append([name, b["name"], _f(b["events"]), _f(b["seconds"], 2), _f(b["rate"]),
+                         _f(sink), _f(b["batches"]), _ratio(e["rate"], b["rate"]), note])  # fmt: skip
+        for x in r.get("raw", []):
+            rows.append([name, x["name"], _f(x["row_messages"]), _f(x["seconds"], 2),
+                         _f(x["rate"]), "", "", _ratio(e["rate"], x["rate"]),
+                         f"{x['messages']:,} messages in all ({_f(x['message_rate'])}/s)"])  # fmt: skip
+    if rows:
+        md += [_table(["workload", "consumer", "events", "seconds", "events/s", "sink events/s",
+                       "batches", "engine / this", "note"], rows), ""]  # fmt: skip
+    mrows = []
+    for name in WORKLOAD_ORDER:
+        r = results.get("mariadb", {}).get(name)
+        if r and r.get("engine"):
+            for x in r.get("raw", []):
+                mrows.append([name, x["name"], _f(x["row_messages"]), _f(x["seconds"], 2),
+                              _f(x["rate"]), _ratio(r["engine"]["rate"], x["rate"])])  # fmt: skip
+    if mrows:
+        md += ["MariaDB raw read (the MySQL baselines of MERGE / pyiceberg are not run):", "",
+               _table(["workload", "reader", "rows", "seconds", "rows/s", "engine / this"], mrows), ""]
+    if "comparison.png" in pngs:
+        md += ["![comparison](comparison.png)", ""]
+    # Lag
+    lag = results.get("lag", {})
+    if lag:
+        md += ["## Commit-to-visible lag at a fixed offered rate", "",
+               "A writer process commits the lag workload at a fixed rate while the engine runs "
+               "continuously (default batch limits). Lag of a row = wall time when the Iceberg "
+               "snapshot holding it was committed (the catalog accepted it) minus the wall time "
+               "when the source COMMIT returned to the writer. Deletes carry no row to map and "
+               "are left out.", ""]  # fmt: skip
+        rows = []
+        for kind, x in lag.items():
+            if x.get("error"):
+                rows.append([SOURCE_NAMES[kind], x["error"], "", "", "", "", "", "", ""])
+                continue
+            e = x.get("engine") or {}
+            rows.append([
+                SOURCE_NAMES[kind], _f(x["rate"]), _f(x["achieved_rate"]), _f(x["samples"]),
+                _f(x["p50"], 2), _f(x["p90"], 2), _f(x["p99"], 2), _f(x["max"], 2),
+                f"{_f(e.get('batches'))} / {_f(e.get('events_per_batch'))}",
+                e.get("loadavg", ""),
+            ])  # fmt: skip
+        md += [_table(["source", "offered events/s", "achieved", "rows", "p50 s", "p90 s",
+                       "p99 s", "max s", "batches / events per batch", "load avg"], rows), ""]
+        if "lag.png" in pngs:
+            md += ["![lag](lag.png)", ""]
+    # Memory
+    md += ["## Peak memory (RSS high-water mark) per process", "",
+           "`VmHWM` of each process, reset at the start of each phase; MiB, with the growth "
+           "during the phase (peak minus RSS at its start) in brackets. *driver* is this "
+           "Python process (the engine's run loop, source reader, batcher, pyiceberg); the JVM "
+           "is Spark's driver (a child process); *workers* is the largest Spark Python worker "
+           "(the apply stage's mapper and file writer run there); Postgres/MariaDB are the sum "
+           "over the server's processes.", ""]  # fmt: skip
+    rows = []
+    for kind in ("postgres", "mariadb"):
+        for name in WORKLOAD_ORDER:
+            r = results.get(kind, {}).get(name)
+            if not r:
+                continue
+            for e in [x for x in (r["snapshot"], r["engine"]) if x] + r.get("variants", []):
+                sm = e["memory_sum_peaks_kib"]
+                phase = "snapshot" if e is r["snapshot"] else f"changes ({e['label']})"
+                rows.append([SOURCE_NAMES[kind], name, phase, _f(e["events_per_batch"]),
+                             _pg(e, "driver (Python)"), _pg(e, "Spark JVM"),
+                             _pg(e, "Spark Python workers"),
+                             _mib(sm.get("Postgres") or sm.get("MariaDB"))])  # fmt: skip
+    if rows:
+        md += [_table(["source", "workload", "phase", "events/batch", "driver", "Spark JVM",
+                       "workers (max)", "DB server (sum of peaks)"], rows), ""]  # fmt: skip
+    if "memory.png" in pngs:
+        md += ["![memory](memory.png)", ""]
+    # Read cost
+    rc_rows = []
+    for name in WORKLOAD_ORDER:
+        r = results.get("postgres", {}).get(name)
+        rc = r.get("read_cost") if r else None
+        if not rc:
+            continue
+        for k in ("replicated", "compacted", "plain"):
+            t = rc[k]
+            files = ", ".join(f"{v} {n}" for n, v in t["files"].items())
+            rc_rows.append([f"{name} (`{rc['table']}`)", t["label"], _f(t["rows"]),
+                            f"{t['count_first']:.2f} / {t['count_best']:.2f}",
+                            f"{t['lookup_first']:.2f} / {t['lookup_best']:.2f}", files,
+                            f"{t['bytes'] / 2**20:.1f}"])  # fmt: skip
+    if rc_rows:
+        md += ["## Read cost afterwards (Spark, Iceberg Java)", "",
+               "`count(*)` and a point lookup by key on one replicated table, first run / best "
+               "of 3, seconds; then the same rows compacted (read and written as a fresh "
+               "Iceberg table) and a plain Parquet copy of the source table.", "",
+               _table(["table", "version", "rows", "count s", "lookup s", "files", "MiB"],
+                      rc_rows), ""]  # fmt: skip
+    # Errors
+    errs = [f"{k}/{n}: {e}" for k in ("postgres", "mariadb")
+            for n, r in results.get(k, {}).items() for e in r.get("errors", [])]  # fmt: skip
+    if errs:
+        md += ["## Errors during the run", ""] + [f"* {e}" for e in errs] + [""]
+    # Closing
+    text, _ = closing(results)
+    md += ["## Targets (mixed CDC on PostgreSQL)", "", text]
+    md += ["See `benchmarks/README.md` for what each number means and how it is measured.", ""]
+    report = "\n".join(md)
+    (out / "REPORT.md").write_text(report)
+    return report, console_table(results)
+
+
+def console_table(results: dict[str, Any]) -> str:
+    lines = [f"{'source':<10} {'workload':<9} {'events':>9} {'seconds':>8} {'events/s':>9}  load"]
+    for kind in ("postgres", "mariadb"):
+        for name in WORKLOAD_ORDER:
+            r = results.get(kind, {}).get(name)
+            e = r and (r["engine"] or r["snapshot"])
+            if e:
+                lines.append(f"{kind:<10} {name:<9} {e['events']:>9,} {e['seconds']:>8.2f} "
+                             f"{e['rate']:>9,.0f}  {e['loadavg']}")  # fmt: skip
+            for b in (r or {}).get("baselines", []):
+                lines.append(f"{'':<10} {'':<9} {b['events']:>9,} {b['seconds']:>8.2f} "
+                             f"{b['rate']:>9,.0f}  {b['name']}")  # fmt: skip
+            for x in (r or {}).get("raw", []):
+                lines.append(f"{'':<10} {'':<9} {x['row_messages']:>9,} {x['seconds']:>8.2f} "
+                             f"{x['rate']:>9,.0f}  {x['name']}")  # fmt: skip
+    for kind, x in results.get("lag", {}).items():
+        if x.get("p50") is not None:
+            lines.append(f"{kind:<10} {'lag':<9} offered {x['rate']:,.0f}/s: p50 {x['p50']:.2f}s "
+                         f"p99 {x['p99']:.2f}s")  # fmt: skip
+    _, verdict = closing(results)
+    if verdict:
+        lines.append("targets: " + ", ".join(
+            f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in verdict.items()
+            if not isinstance(v, dict)))  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/results.json")
+    res = json.loads(path.read_text())
+    _, tbl = write(res, path.parent, charts="--no-charts" not in sys.argv)
+    print(tbl)

@@ -1,0 +1,526 @@
+"""One workload on one source, measured end to end: setup, every consumer's starting point,
+the change stream written once, then each consumer reads it in turn.
+
+Order inside a scenario (Postgres; MariaDB is the same without baselines):
+
+1. a database with the workload's tables and initial rows;
+2. every engine (the default configuration, plus batch-size variants) starts and takes its
+   initial snapshot: they nest (an engine that is idle after its snapshot runs the next one
+   from its scenario step), so all of them begin at the same point of the change stream;
+3. innermost: logical slots for the baselines and the raw reads are created and the
+   baselines' tables loaded with the same initial rows; then the changes are written while
+   every engine waits (not measured: the backlog is the offered load);
+4. the engines read the backlog one after another (innermost, the default engine, first);
+   then the baselines, then the raw reads, then correctness checks and read costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import baselines as B
+from benchmarks import workloads as W
+from benchmarks.harness import EngineSession, Phase
+from benchmarks.lagwriter import lag_workload
+from benchmarks.procs import postmaster_pid
+from benchmarks.readcost import read_cost
+from replicator.config import BatchConfig, IcebergConfig, RunConfig, SourceConfig
+from replicator.events.deadletter import DeadLetterSink
+from replicator.events.model import SourcePosition
+from replicator.iceberg.tables import iceberg_table_name
+
+PUBLICATION = "replicator"
+
+
+@dataclass
+class Context:
+    spark: Any
+    root: Path
+    size: dict[str, Any]
+    seed: int
+    probe_path: str | None
+    log: Callable[[str], None]
+    pg: Any = None  # PrivatePostgres
+    mdb: Any = None  # PrivateMariaDB
+    _server_id: int = 5000
+    _n: int = 0
+
+    def server_id(self) -> int:
+        self._server_id += 1
+        return self._server_id
+
+    def workdir(self, name: str) -> Path:
+        self._n += 1
+        d = self.root / f"{self._n:02d}-{name}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def memory_roots(self) -> list[int]:
+        pids: list[int] = []
+        if self.pg is not None:
+            pids += postmaster_pid(self.pg.data_dir)
+        if self.mdb is not None and self.mdb._proc is not None:
+            pids.append(self.mdb._proc.pid)
+        return pids
+
+
+def engine_config(d: Path, source: SourceConfig, max_events: int | None = None) -> RunConfig:
+    d.mkdir(parents=True, exist_ok=True)
+    batch = BatchConfig() if max_events is None else BatchConfig(max_events=max_events)
+    iceberg = IcebergConfig(catalog_uri=f"sqlite:///{d}/catalog.db", warehouse=str(d / "warehouse"),
+                            namespace="cdc")  # fmt: skip
+    return RunConfig(source=source, iceberg=iceberg, batch=batch, state_dir=d / "state",
+                     writer_id="bench")  # fmt: skip
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+def phase_dict(p: Phase, *, label: str = "") -> dict[str, Any]:
+    commits = p.commits
+    n = max(len(commits), 1)
+    mem = p.memory
+    return {
+        "label": label,
+        "events": p.events,
+        "seconds": p.seconds,
+        "rate": p.rate,
+        "batches": p.batches,
+        "table_batches": p.table_batches,
+        "events_per_batch": p.events / max(p.batches, 1),
+        "commits": len(commits),
+        "files": {
+            "data": sum(c.data_files for c in commits),
+            "position_deletes": sum(c.position_delete_files for c in commits),
+            "equality_deletes": sum(c.equality_delete_files for c in commits),
+            "per_commit": {
+                "data": sum(c.data_files for c in commits) / n,
+                "position_deletes": sum(c.position_delete_files for c in commits) / n,
+                "equality_deletes": sum(c.equality_delete_files for c in commits) / n,
+            },
+            "max_per_commit": max(
+                (c.data_files + c.position_delete_files + c.equality_delete_files for c in commits),
+                default=0,
+            ),
+        },
+        "parts": dict(p.parts),
+        "worker": dict(p.worker),
+        "memory_peaks_kib": dict(mem.peaks_kib) if mem else {},
+        "memory_sum_peaks_kib": dict(mem.sum_peaks_kib) if mem else {},
+        "memory_start_kib": dict(mem.start_kib) if mem else {},
+        "memory_timeline": [(t, dict(v)) for t, v in mem.timeline] if mem else [],
+        "loadavg": p.loadavg,
+    }
+
+
+@dataclass
+class WorkloadResult:
+    source: str
+    workload: dict[str, Any]
+    setup_seconds: float = 0.0
+    generate_seconds: float = 0.0
+    snapshot: dict[str, Any] | None = None  # the default engine's initial snapshot phase
+    engine: dict[str, Any] | None = None  # the default engine's change phase
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    baselines: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[dict[str, Any]] = field(default_factory=list)
+    check: dict[str, Any] = field(default_factory=dict)
+    read_cost: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> dict[str, Any] | None:
+        """The number that stands for this workload: the change phase, or the snapshot."""
+        return self.engine if self.engine is not None else self.snapshot
+
+
+def workload_info(w: W.Workload) -> dict[str, Any]:
+    return {
+        "name": w.name, "title": w.title, "description": w.description, "events": w.events,
+        "transactions": len(w.plan), "ops": w.op_counts(), "initial_rows": w.initial_rows,
+        "tables": [t.name for t in w.tables], "columns": len(w.tables[0].columns),
+        "seed": w.seed,
+    }  # fmt: skip
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _spark_counts(ctx: Context, sess: EngineSession, source_tables: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cat = sess.rep.catalog
+    for st in source_tables:
+        ident = iceberg_table_name(sess.cfg.iceberg, st)
+        try:
+            meta = cat.load_table(ident).metadata_location
+            out[st] = {"metadata": meta,
+                       "rows": int(ctx.spark.read.format("iceberg").load(meta).count())}  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - reported
+            out[st] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return out
+
+
+def _nest(sessions: list[EngineSession], innermost: Callable[[], bool], changes: bool) -> None:
+    """sessions[0] outermost ... sessions[-1] innermost; each takes its snapshot, then runs
+    the next one from its idle step; the innermost step writes the changes."""
+
+    def step_for(i: int) -> Callable[[], bool]:
+        if i == len(sessions):
+            return innermost
+
+        def step() -> bool:
+            sessions[i].run("snapshot", [("changes", step_for(i + 1))])
+            return changes
+
+        return step
+
+    step_for(0)()
+
+
+# -- Postgres ---------------------------------------------------------------------------------
+
+
+def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int],
+                read_costs: bool) -> WorkloadResult:  # fmt: skip
+    import psycopg
+
+    res = WorkloadResult("postgres", workload_info(w))
+    d = ctx.workdir(f"pg-{w.name}")
+    with psycopg.connect(ctx.pg.dsn_for("postgres"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{w.name}"')
+    dsn = ctx.pg.dsn_for(w.name)
+    conn = psycopg.connect(dsn, autocommit=True)
+    applier = W.PgApplier(conn, w)
+    t0 = time.perf_counter()
+    applier.create()
+    res.setup_seconds = time.perf_counter() - t0
+    ctx.log(f"  postgres/{w.name}: {w.initial_rows:,} initial rows in {res.setup_seconds:.1f}s")
+
+    variants: list[tuple[str, int | None]] = [(f"max_events={b:,}", b) for b in sweep]
+    variants.append(("default", None))
+    sessions: list[EngineSession] = []
+    for _label, b in variants:
+        slot = "eng_default" if b is None else f"eng_b{b}"
+        src = SourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION)
+        sessions.append(EngineSession(
+            engine_config(d / slot, src, b), ctx.spark, poll_max=b,
+            memory_roots=ctx.memory_roots, probe_path=ctx.probe_path,
+        ))  # fmt: skip
+    sinks: list[Any] = []
+    slots: dict[str, int] = {}
+
+    def innermost() -> bool:
+        if baselines:
+            sinks.append(B.SparkMergeSink(ctx.spark, d / "merge", w.tables))
+            sinks.append(B.PyIcebergSink(d / "pyiceberg", w.tables))
+            slots["bl_merge"] = B.pg_create_slot(dsn, "bl_merge")
+            slots["bl_pyiceberg"] = B.pg_create_slot(dsn, "bl_pyiceberg")
+            for t in w.tables:
+                rows = B.pg_source_rows(dsn, t)
+                for s in sinks:
+                    s.bootstrap(t.name, rows)
+        if w.snapshot_only:
+            return False
+        for name in ("raw_peek", "raw_stream"):
+            slots[name] = B.pg_create_slot(dsn, name)
+        t_gen = time.perf_counter()
+        for tx in w.plan:
+            applier.apply(tx)
+        res.generate_seconds = time.perf_counter() - t_gen
+        ctx.log(f"  postgres/{w.name}: wrote {w.events:,} changes in {len(w.plan):,} "
+                f"transactions in {res.generate_seconds:.1f}s")  # fmt: skip
+        return True
+
+    _nest(sessions, innermost, not w.snapshot_only)
+    main = sessions[-1]
+    for (label, b), sess in zip(variants, sessions, strict=True):
+        phases = {p.name: p for p in sess.phases}
+        if b is None:
+            if "snapshot" in phases:
+                res.snapshot = phase_dict(phases["snapshot"], label="default")
+            if "changes" in phases:
+                res.engine = phase_dict(phases["changes"], label="default")
+        elif "changes" in phases:
+            v = phase_dict(phases["changes"], label=label)
+            v["max_events"] = b
+            res.variants.append(v)
+    m = res.measured
+    if m:
+        ctx.log(f"  postgres/{w.name}: engine {m['events']:,} events in {m['seconds']:.1f}s = "
+                f"{m['rate']:,.0f} events/s (load {m['loadavg']})")  # fmt: skip
+    for v in res.variants:
+        ctx.log(f"  postgres/{w.name}: engine {v['label']}: {v['rate']:,.0f} events/s, "
+                f"{v['events_per_batch']:,.0f} events/batch")  # fmt: skip
+
+    source_tables = [f"public.{t.name}" for t in w.tables]
+    if not w.snapshot_only:
+        for sink, slot in zip(sinks, ("bl_merge", "bl_pyiceberg"), strict=False):
+            src = _pg_source(dsn, slot)
+            committed = {st: SourcePosition(source="postgres", parts=(slots[slot], 0))
+                         for st in source_tables}  # fmt: skip
+            run = B.run_sink_loop(sink.name, src, committed, main.cfg.batch, sink.apply,
+                                  expected=w.events, time_cap=ctx.size["baseline_cap"])  # fmt: skip
+            bd = asdict(run)
+            bd["rate"] = run.rate
+            with contextlib.suppress(Exception):
+                bd["rows"] = {t.name: sink.count(t.name) for t in w.tables}
+            res.baselines.append(bd)
+            ctx.log(f"  postgres/{w.name}: {sink.name}: {run.events:,} events in "
+                    f"{run.seconds:.1f}s = {run.rate:,.0f} events/s"
+                    + (" (time cap)" if run.capped else "") + (f" ERROR {run.error}" if run.error else ""))
+        for fn, slot in ((B.pg_raw_peek, "raw_peek"), (B.pg_raw_stream, "raw_stream")):
+            try:
+                r = fn(dsn, slot, PUBLICATION)
+                res.raw.append({**asdict(r), "rate": r.rate, "message_rate": r.message_rate})
+                ctx.log(f"  postgres/{w.name}: {r.name}: {r.row_messages:,} row messages "
+                        f"({r.messages:,} in all) in {r.seconds:.2f}s = {r.rate:,.0f}/s")  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - reported
+                res.errors.append(f"{slot}: {exc}")
+
+    # Correctness: the replicated tables must hold the source's rows.
+    src_counts = {f"public.{t.name}": _one(conn, f"SELECT count(*) FROM {t.name}")
+                  for t in w.tables}  # fmt: skip
+    ice = _spark_counts(ctx, main, source_tables)
+    res.check = {
+        "source_rows": src_counts,
+        "iceberg_rows": {k: v.get("rows") for k, v in ice.items()},
+        "equal": all(ice[k].get("rows") == n for k, n in src_counts.items()),
+    }
+    if not res.check["equal"]:
+        ctx.log(f"  WARNING postgres/{w.name}: row counts differ {res.check}")
+    if read_costs and not w.snapshot_only:
+        t = w.tables[0]
+        meta = ice[f"public.{t.name}"].get("metadata")
+        if meta:
+            try:
+                rows = B.pg_source_rows(dsn, t)
+                key = int(rows.column("id")[rows.num_rows // 2].as_py()) if rows.num_rows else 1
+                rc = read_cost(ctx.spark, d / "readcost", t.name, meta, rows, key)
+                res.read_cost = asdict(rc)
+                ctx.log(f"  postgres/{w.name}: read cost of {t.name}: count "
+                        f"{rc.replicated.count_best:.2f}s replicated / "
+                        f"{rc.compacted.count_best:.2f}s compacted / {rc.plain.count_best:.2f}s plain")
+            except Exception as exc:  # noqa: BLE001 - reported
+                res.errors.append(f"read cost: {type(exc).__name__}: {exc}"[:400])
+    conn.close()
+    _pg_drop_slots(ctx, w.name)
+    return res
+
+
+def _one(conn: Any, sql: str) -> Any:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _pg_source(dsn: str, slot: str) -> Any:
+    from replicator.sources.postgres.source import PostgresSource
+
+    return PostgresSource(dsn, dead_letters=DeadLetterSink(None), slot=slot,
+                          publication=PUBLICATION, progress=False)  # fmt: skip
+
+
+def _pg_drop_slots(ctx: Context, dbname: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ctx.pg.dsn_for("postgres"), autocommit=True) as admin:
+        for _ in range(50):
+            try:
+                admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                              " WHERE database = %s", (dbname,))  # fmt: skip
+                return
+            except psycopg.errors.ObjectInUse:
+                time.sleep(0.1)
+
+
+# -- MariaDB ----------------------------------------------------------------------------------
+
+
+def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
+    res = WorkloadResult("mariadb", workload_info(w))
+    d = ctx.workdir(f"mdb-{w.name}")
+    ctx.mdb.execute(f"CREATE DATABASE `{w.name}`")
+    conn = ctx.mdb.connect(db=w.name)
+    applier = W.MySQLApplier(conn, w)
+    t0 = time.perf_counter()
+    applier.create()
+    res.setup_seconds = time.perf_counter() - t0
+    ctx.log(f"  mariadb/{w.name}: {w.initial_rows:,} initial rows in {res.setup_seconds:.1f}s")
+    source_tables = [f"{w.name}.{t.name}" for t in w.tables]
+    src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=w.name), tables=tuple(source_tables),
+                       server_id=ctx.server_id())  # fmt: skip
+    sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
+                         probe_path=ctx.probe_path)  # fmt: skip
+    position: list[tuple[str, int]] = []
+
+    def innermost() -> bool:
+        if w.snapshot_only:
+            return False
+        position.append(B.mysql_binlog_position(ctx.mdb))
+        t = time.perf_counter()
+        for tx in w.plan:
+            applier.apply(tx)
+        res.generate_seconds = time.perf_counter() - t
+        ctx.log(f"  mariadb/{w.name}: wrote {w.events:,} changes in {len(w.plan):,} "
+                f"transactions in {res.generate_seconds:.1f}s")  # fmt: skip
+        return True
+
+    _nest([sess], innermost, not w.snapshot_only)
+    phases = {p.name: p for p in sess.phases}
+    if "snapshot" in phases:
+        res.snapshot = phase_dict(phases["snapshot"], label="default")
+    if "changes" in phases:
+        res.engine = phase_dict(phases["changes"], label="default")
+    m = res.measured
+    if m:
+        ctx.log(f"  mariadb/{w.name}: engine {m['events']:,} events in {m['seconds']:.1f}s = "
+                f"{m['rate']:,.0f} events/s (load {m['loadavg']})")  # fmt: skip
+    if position:
+        try:
+            r = B.mysql_raw(ctx.mdb.dsn_for(dbname=w.name), ctx.server_id(), position[0], w.name)
+            res.raw.append({**asdict(r), "rate": r.rate, "message_rate": r.message_rate})
+            ctx.log(f"  mariadb/{w.name}: {r.name}: {r.row_messages:,} rows in {r.seconds:.2f}s"
+                    f" = {r.rate:,.0f}/s")  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - reported
+            res.errors.append(f"raw binlog: {type(exc).__name__}: {exc}"[:400])
+    with conn.cursor() as cur:
+        src_counts = {}
+        for t in w.tables:
+            cur.execute(f"SELECT count(*) FROM `{t.name}`")
+            src_counts[f"{w.name}.{t.name}"] = cur.fetchone()[0]
+    ice = _spark_counts(ctx, sess, source_tables)
+    res.check = {
+        "source_rows": src_counts,
+        "iceberg_rows": {k: v.get("rows") for k, v in ice.items()},
+        "equal": all(ice[k].get("rows") == n for k, n in src_counts.items()),
+    }
+    if not res.check["equal"]:
+        ctx.log(f"  WARNING mariadb/{w.name}: row counts differ {res.check}")
+    conn.close()
+    return res
+
+
+# -- lag at a fixed offered rate --------------------------------------------------------------
+
+
+def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
+    from benchmarks import lagwriter
+
+    rate = float(ctx.size["lag_rate"])
+    seconds = float(ctx.size["lag_seconds"])
+    events = int(rate * seconds)
+    keyspace = int(ctx.size["lag_keyspace"])
+    seed = ctx.seed + 100
+    w = lag_workload(events, seed, keyspace)
+    d = ctx.workdir(f"{kind}-lag")
+    if kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(ctx.pg.dsn_for("postgres"), autocommit=True) as admin:
+            admin.execute('CREATE DATABASE "lag"')
+        dsn = ctx.pg.dsn_for("lag")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            W.PgApplier(conn, w).create()
+        src = SourceConfig(type="postgres", dsn=dsn, slot="eng_lag", publication=PUBLICATION)
+        writer_dsn = dsn
+    else:
+        ctx.mdb.execute("CREATE DATABASE `lag`")
+        conn = ctx.mdb.connect(db="lag")
+        W.MySQLApplier(conn, w).create()
+        conn.close()
+        src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname="lag"),
+                           tables=tuple(f"lag.{t.name}" for t in w.tables),
+                           server_id=ctx.server_id())  # fmt: skip
+        writer_dsn = ctx.mdb.dsn_for("root", "", dbname="lag")
+    sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
+                         probe_path=ctx.probe_path)  # fmt: skip
+    seen: list[tuple[int, float]] = []
+
+    def after_apply(events: Any, commit: Any) -> None:
+        if commit is None:
+            return
+        for ev in events:
+            a = ev.after
+            if a is not None and a.get("txn"):
+                seen.append((int(a["txn"]), commit.wall))
+
+    sess.timings.after_apply = after_apply
+    out = d / "writer.json"
+    procs: list[Any] = []
+
+    def start_writer() -> bool:
+        mp = multiprocessing.get_context("spawn")
+        p = mp.Process(target=lagwriter.write, name="bench-lag-writer",
+                       args=(kind, writer_dsn, events, seed, keyspace, rate, str(out)))  # fmt: skip
+        p.start()
+        procs.append(p)
+        return True
+
+    sess.run(None, [("lag", start_writer)], hold=lambda: bool(procs) and procs[0].is_alive())
+    for p in procs:
+        p.join(timeout=60)
+    result: dict[str, Any] = {"source": kind, "rate": rate, "seconds": seconds, "events": events}
+    try:
+        wr = json.loads(out.read_text())
+    except (OSError, ValueError) as exc:
+        result["error"] = f"writer produced no result: {exc}"
+        return result
+    commits = {int(k): float(v) for k, v in wr["commits"].items()}
+    start = float(wr["start"])
+    samples = sorted((commits[txn] - start, wall - commits[txn]) for txn, wall in seen
+                     if txn in commits)  # fmt: skip
+    lags = sorted(s[1] for s in samples)
+    phase = next((p for p in sess.phases if p.name == "lag"), None)
+    result.update({
+        "writer": {k: wr[k] for k in ("seconds", "events", "transactions", "late_transactions")},
+        "achieved_rate": wr["events"] / max(wr["seconds"], 1e-9),
+        "samples": len(lags),
+        "p50": _pct(lags, 50), "p90": _pct(lags, 90), "p99": _pct(lags, 99),
+        "max": lags[-1] if lags else None, "mean": sum(lags) / len(lags) if lags else None,
+        "series": _thin(samples, 2000),
+        "engine": phase_dict(phase, label="lag") if phase else None,
+        "workload": workload_info(w),
+    })  # fmt: skip
+    ctx.log(f"  {kind}/lag: offered {rate:,.0f} events/s for {seconds:.0f}s "
+            f"(achieved {result['achieved_rate']:,.0f}); lag p50 {result['p50']:.2f}s "
+            f"p99 {result['p99']:.2f}s max {result['max']:.2f}s over {len(lags):,} rows")
+    return result
+
+
+def _pct(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    i = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[i]
+
+
+def _thin(samples: list[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+    if len(samples) <= n:
+        return samples
+    step = len(samples) / n
+    return [samples[int(i * step)] for i in range(n)]
+
+
+# -- warm-up ----------------------------------------------------------------------------------
+
+
+def warm_up(ctx: Context) -> float:
+    """JIT and class loading, Python workers, a MERGE: not measured."""
+    t0 = time.perf_counter()
+    w = W.mixed(3000, seed=ctx.seed + 7, tables=2, keyspace=4000)
+    w.name = "warmup"
+    saved = dict(ctx.size)
+    ctx.size["baseline_cap"] = 60
+    try:
+        pg_workload(ctx, w, baselines=True, sweep=[], read_costs=False)
+    finally:
+        ctx.size.clear()
+        ctx.size.update(saved)
+    return time.perf_counter() - t0
