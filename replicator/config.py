@@ -66,6 +66,9 @@ class BatchConfig(_Strict):
     max_events: Annotated[int, Field(gt=0)] = 100_000
     max_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
     max_seconds: Annotated[float, Field(gt=0)] = 10.0
+    # A batch that has waited this long is committed at the end of the current poll even if
+    # not full: bounds commit-to-visible lag under steady load without committing every poll.
+    linger_seconds: Annotated[float, Field(ge=0)] = 1.0
 
 
 class RunConfig(_Strict):

@@ -26,7 +26,7 @@ config (YAML):
   source:   {type: debezium-json | postgres | mysql, path: ..., dsn: ..., tables: [...],
              primary_keys: {public.t: [id]}}
   iceberg:  {catalog_uri: sqlite:///catalog.db, warehouse: ./warehouse, namespace: cdc}
-  batch:    {max_events: 100000, max_bytes: 67108864, max_seconds: 10}
+  batch:    {max_events: 100000, max_bytes: 67108864, max_seconds: 10, linger_seconds: 1}
   state_dir: .replicator        (dead letters, lock, staging)
 """
 

@@ -54,9 +54,10 @@ class Batcher:
         return None
 
     @property
-    def expired(self) -> bool:
-        """The pending batch is older than ``max_seconds``."""
-        return self._opened_at is not None and self.clock() - self._opened_at >= self.limits.max_seconds
+    def lingered(self) -> bool:
+        """The pending batch has waited ``linger_seconds``: commit it at the next chance."""
+        age = self.clock() - self._opened_at if self._opened_at is not None else 0.0
+        return self._opened_at is not None and age >= self.limits.linger_seconds
 
     def _full(self) -> bool:
         if self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes:

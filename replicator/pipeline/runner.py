@@ -187,10 +187,10 @@ class Replicator:
                     self._apply(batch)
                     if max_batches is not None and self.summary.batches >= max_batches:
                         return
-            # Close a partial batch only when the source has gone quiet or the batch is old:
-            # closing after every poll made batches as small as one poll (10k events) and
-            # paid Spark's fixed per-job cost far too often (benchmarks/results/REPORT.md).
-            batch = batcher.flush() if got == 0 or batcher.expired else None
+            # Close a partial batch only when the source has gone quiet or the batch has
+            # lingered: closing after every poll made batches as small as one poll (10k
+            # events) and paid Spark's fixed per-job cost far too often (benchmarks/results).
+            batch = batcher.flush() if got == 0 or batcher.lingered else None
             if batch is not None:
                 self._apply(batch)
                 if max_batches is not None and self.summary.batches >= max_batches:

@@ -43,3 +43,13 @@ def test_age_limit() -> None:
     assert b.add(ev(1, None, True)) is None
     now[0] = 6.0
     assert b.add(ev(2, None, True)) is not None
+
+
+def test_linger() -> None:
+    now = [0.0]
+    b = Batcher(BatchConfig(max_events=100, linger_seconds=1.0), clock=lambda: now[0])
+    b.add(ev(1, None, True))
+    assert not b.lingered
+    now[0] = 1.5
+    assert b.lingered
+    assert b.flush() is not None and not b.lingered

@@ -8,7 +8,7 @@ never a stack trace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -273,11 +273,21 @@ def _pk_columns(
 
 
 def list_tables(
-    conn: pymysql.Connection[Cursor], tables: Sequence[str] | None, default_db: str | None
+    conn: pymysql.Connection[Cursor],
+    tables: Sequence[str] | None,
+    default_db: str | None,
+    *,
+    committed: Collection[str] = (),
 ) -> list[TableInfo]:
     """The configured tables (``db.table``, or ``table`` in the DSN's database), or by default
     every base table with a primary key in the DSN's database (all user databases without
-    one)."""
+    one).
+
+    ``committed``: tables with committed changes. One of them that is selected (configured,
+    or in the default scope) but no longer exists or lost its primary key was renamed,
+    dropped or altered while the engine was stopped: it is listed with empty ``pk_columns``
+    (a "gone" table) instead of being left out silently or refused here, so the stream can
+    follow it up to the statement that changed it and stop there, as it does live."""
     sql = (
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
         "WHERE TABLE_TYPE = 'BASE TABLE'"
@@ -293,6 +303,19 @@ def list_tables(
         found = [(str(s), str(t)) for s, t in query(conn, sql + " ORDER BY 1, 2", params)]
         keys = _pk_columns(conn, default_db)
         infos = [TableInfo(s, t, keys.get((s, t), ())) for s, t in found]
+        live = {i.qualified for i in infos if i.pk_columns}
+        gone = [
+            _gone(c)
+            for c in sorted(committed)
+            if c not in live
+            and (
+                c.partition(".")[0] == default_db
+                if default_db
+                else c.partition(".")[0] not in SYSTEM_SCHEMAS
+            )
+        ]
+        if gone:
+            return [i for i in infos if i.pk_columns] + gone
         where = default_db or "any user database"
         if not infos:  # information_schema shows only what the user may access
             raise SourceSetupError(
@@ -321,6 +344,12 @@ def list_tables(
     keys = _pk_columns(conn, None)
     out = []
     for schema, table in dict.fromkeys(wanted):
+        info = TableInfo(schema, table, keys.get((schema, table), ()))
+        if info.qualified in committed and (
+            (schema, table) not in existing or not info.pk_columns
+        ):
+            out.append(_gone(info.qualified))
+            continue
         if (schema, table) not in existing:
             raise SourceSetupError(
                 f"table {schema}.{table} does not exist or is not visible to user "
@@ -329,7 +358,6 @@ def list_tables(
                 hint=f"GRANT SELECT ON {quote_ident(schema)}.* TO {current_user(conn)};  "
                 "-- if it exists",
             )
-        info = TableInfo(schema, table, keys.get((schema, table), ()))
         if not info.pk_columns:
             raise SourceSetupError(
                 f"table {info.qualified} has no primary key: updates and deletes could not "
@@ -339,6 +367,11 @@ def list_tables(
             )
         out.append(info)
     return out
+
+
+def _gone(qualified: str) -> TableInfo:
+    schema, _, name = qualified.partition(".")
+    return TableInfo(schema, name, ())
 
 
 def check_select(conn: pymysql.Connection[Cursor], tables: Sequence[TableInfo]) -> None:

@@ -49,7 +49,11 @@ FULL); ``schema_history.py`` supplies what the binlog lacks (tinyint(1), MariaDB
 ``ALTER TABLE .. ADD/DROP/MODIFY COLUMN`` shows up as a new ``TableSchema`` on later events.
 RENAME TABLE / ``ALTER TABLE .. RENAME`` / DROP TABLE of a replicated table stop the source
 with ``SchemaChangeError`` at that statement (every restart stops there again): re-snapshot
-the table under its new name (drop its Iceberg table), or take it out of ``source.tables``.
+the table under its new name (drop its Iceberg table), or take it out of ``source.tables``
+(list the tables explicitly when none are configured). A committed table that is gone (or
+lost its primary key) by the time the engine starts is still followed through the binlog up
+to that statement, also when the tables are selected by default (see ``setup.list_tables``):
+otherwise it would silently leave the selection with its Iceberg table stale.
 TRUNCATE is dead-lettered (not replicated), as in the Postgres source.
 """
 
@@ -169,11 +173,26 @@ class MySQLSource(ChangeSource):
         self._fence_checked = time.monotonic()
         self.server = setup.check_server(conn, source_server_id=self.server_id)
         setup.check_privileges(conn)
-        infos = setup.list_tables(conn, self.tables_config, self.params.database)
+        listed = setup.list_tables(
+            conn,
+            self.tables_config,
+            self.params.database,
+            committed=[t for t, p in committed.items() if p.source == "mysql"],
+        )
+        # Committed tables renamed, dropped or stripped of their key while the engine was
+        # stopped: streamed (never snapshotted) up to that statement, where the stream stops.
+        infos = [i for i in listed if i.pk_columns]
+        for g in listed:
+            if not g.pk_columns:
+                log.warning(
+                    "%s is no longer on the server as a table with a primary key; following "
+                    "the binlog to the statement that changed it",
+                    g.qualified,
+                )
         setup.check_select(conn, infos)
         self._defs = describe_tables(conn, infos)  # now: type checks and (maybe) history seeds
         check_types(self._defs, {t.qualified: t for t in infos})
-        self._tables = {t.qualified: t for t in infos}
+        self._tables = {t.qualified: t for t in listed}
         self._committed = {
             t: tuple(p.parts)
             for t, p in committed.items()
