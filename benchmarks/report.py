@@ -233,11 +233,11 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     snap = r.get("snapshot")
     if snap:
         lines.append(
-            f"* **Batch size in practice**: the default `batch.max_events` is 100,000, but the "
-            f"run loop closes a batch after every source poll that ends at a transaction "
-            f"boundary, so the initial snapshot ran as {snap['batches']} batches of "
-            f"{_f(snap['events_per_batch'])} rows (the source's per-poll cap) and this change "
-            f"phase as {e['batches']} batches of {_f(e['events_per_batch'])} events on average."
+            f"* **Batch size in practice**: a batch closes at `batch.max_events` (100,000), "
+            f"when the source goes idle, or at the end of a poll once it has waited "
+            f"`batch.linger_seconds` (1 s); the initial snapshot ran as {snap['batches']} "
+            f"batches of {_f(snap['events_per_batch'])} rows and this change phase as "
+            f"{e['batches']} batches of {_f(e['events_per_batch'])} events on average."
         )
     # What dominates.
     split = sorted(time_split(e, "postgres"), key=lambda kv: -kv[1])
