@@ -79,6 +79,12 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
         "spark.jars": ",".join(runtime_jars()),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
+        # Staged batches are written by pyarrow in the proleptic Gregorian calendar: read
+        # dates before 1582 / timestamps before 1900 as they are (the default refuses them).
+        "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",

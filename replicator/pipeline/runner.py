@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replicator.config import RunConfig, redact_dsn
-from replicator.errors import SchemaChangeError, TerminalError
+from replicator.errors import ReplicatorError, SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, SourcePosition
 from replicator.iceberg.tables import (
@@ -171,22 +171,17 @@ class Replicator:
     def _loop(self, *, until_idle: bool, max_batches: int | None) -> None:
         batcher = Batcher(self.cfg.batch)
         while True:
-            got = 0
-            for ev in self.source.poll():
-                got += 1
-                self.summary.events_seen += 1
-                done = self.committed.get(ev.table)
-                if done is not None and done.source == ev.position.source and ev.position <= done:
-                    self.summary.events_skipped += 1
-                    continue
-                if ev.table in self.summary.stopped:
-                    self.summary.events_held += 1
-                    continue
-                batch = batcher.add(ev)
+            try:
+                got, done = self._consume_poll(batcher, max_batches)
+            except ReplicatorError:
+                # The source stopped (e.g. at a RENAME): commit the complete transactions
+                # read before the stopping statement, or every restart replays and loses them.
+                batch = batcher.flush()
                 if batch is not None:
                     self._apply(batch)
-                    if max_batches is not None and self.summary.batches >= max_batches:
-                        return
+                raise
+            if done:
+                return
             # Close a partial batch only when the source has gone quiet or the batch has
             # lingered: closing after every poll made batches as small as one poll (10k
             # events) and paid Spark's fixed per-job cost far too often (benchmarks/results).
@@ -200,6 +195,27 @@ class Replicator:
                     log.info("source is idle; everything read is committed")
                     return
                 time.sleep(IDLE_SLEEP_SECONDS)
+
+    def _consume_poll(self, batcher: Batcher, max_batches: int | None) -> tuple[int, bool]:
+        """Feed one poll into the batcher, applying batches as they close. Returns (events
+        polled, whether max_batches was reached)."""
+        got = 0
+        for ev in self.source.poll():
+            got += 1
+            self.summary.events_seen += 1
+            done = self.committed.get(ev.table)
+            if done is not None and done.source == ev.position.source and ev.position <= done:
+                self.summary.events_skipped += 1
+                continue
+            if ev.table in self.summary.stopped:
+                self.summary.events_held += 1
+                continue
+            batch = batcher.add(ev)
+            if batch is not None:
+                self._apply(batch)
+                if max_batches is not None and self.summary.batches >= max_batches:
+                    return got, True
+        return got, False
 
     def _ack_position(self, end: SourcePosition) -> SourcePosition | None:
         """How far the source may forget: not past anything a stopped table still needs."""
