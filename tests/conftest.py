@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark.sql import SparkSession
+
+    from sample_dbs.postgres.server import PrivatePostgres
 
 # Tests import `spark.*` and `tests.*` from the repo root; make that work without an
 # editable install or a `pythonpath` setting.
@@ -29,3 +33,22 @@ def spark() -> SparkSession:
     from spark.session import get_spark
 
     return get_spark()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PrivatePostgres]:
+    """One private Postgres (wal_level=logical, free port, temp dir) for the whole session;
+    never the system server. Tests take fresh databases from it."""
+    import shutil
+    import tempfile
+
+    from sample_dbs.postgres.server import PG_BIN, PrivatePostgres
+
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}")
+    base = tempfile.mkdtemp(prefix="rp-pgtest-")  # under /tmp: reachable by user postgres
+    try:
+        with PrivatePostgres(base, dbname="postgres") as pg:
+            yield pg
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

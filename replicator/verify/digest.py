@@ -153,6 +153,45 @@ def unconvertible(reason: str) -> tuple[str, str]:
     return (_UNCONVERTIBLE, reason)
 
 
+class RowEncoder:
+    """A source row -> its canonical row: the source's own row converter (the engine's type
+    mapping), then the canonical form of each value. A value the engine would dead-letter is
+    marked so the row can never compare equal (and counted)."""
+
+    def __init__(
+        self,
+        convert_row: Callable[[Sequence[Any]], Any],
+        column_converters: Sequence[Canon | None],
+        canons: Sequence[Canon | None],
+        row_error: type[Exception],
+    ) -> None:
+        self.convert_row = convert_row
+        self.column_converters = list(column_converters)
+        self.canons = list(canons)
+        self.row_error = row_error
+        self.unconvertible = 0
+
+    def __call__(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        try:
+            values = self.convert_row(raw).values()
+        except self.row_error:
+            return self._one_by_one(raw)
+        return tuple(
+            [v if f is None or v is None else f(v) for f, v in zip(self.canons, values, strict=True)]
+        )
+
+    def _one_by_one(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        self.unconvertible += 1
+        out: list[Any] = []
+        for v, conv, canon in zip(raw, self.column_converters, self.canons, strict=True):
+            try:
+                value = v if conv is None or v is None else conv(v)
+                out.append(value if canon is None or value is None else canon(value))
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                out.append(unconvertible(str(exc) or type(exc).__name__))
+        return tuple(out)
+
+
 def display_value(value: Any, engine_type: str, limit: int = 80) -> Any:
     """A canonical value for people and JSON (timestamps as ISO text, bytes as hex, long
     strings cut)."""

@@ -47,7 +47,7 @@ from replicator.sources.mysql.types import (
     ValueConversionError,
     quote_ident,
 )
-from replicator.verify.digest import RowCodec, RowRecord, SourceRanges, row_hash, unconvertible
+from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
 from replicator.verify.sides import EngineProgress
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class MySQLSide:
     ) -> tuple[SourceRanges, int]:
         sql, params = self._select(table, codec, None, None)
         ranges = SourceRanges(chunk_rows)
-        encode = _Encoder(table, codec, self.zero_dates)
+        encode = _encoder(table, codec, self.zero_dates)
         sort_key, key_idx = codec.sort_key, codec.key_idx
         for rows in self._rows(sql, params, chunk_rows):
             for raw in rows:
@@ -215,7 +215,7 @@ class MySQLSide:
         hi: Sequence[Any] | None, batch: int,
     ) -> list[RowRecord]:  # fmt: skip
         sql, params = self._select(table, codec, lo, hi)
-        encode = _Encoder(table, codec, self.zero_dates)
+        encode = _encoder(table, codec, self.zero_dates)
         return [
             codec.record(encode(raw)) for rows in self._rows(sql, params, batch) for raw in rows
         ]
@@ -379,37 +379,14 @@ class MySQLSide:
             return None
 
 
-class _Encoder:
+def _encoder(table: MySQLTable, codec: RowCodec, zero_dates: str) -> RowEncoder:
     """pymysql row (codec column order) -> canonical row, through the source's converters."""
-
-    def __init__(self, table: MySQLTable, codec: RowCodec, zero_dates: str) -> None:
-        self.mappings = table.mappings(codec.names)
-        self.converter = RowConverter.build(self.mappings, table.key_columns, zero_dates)
-        self.canons = codec.python_canons()
-        self.unconvertible = 0
-
-    def __call__(self, raw: Sequence[Any]) -> tuple[Any, ...]:
-        try:
-            values = self.converter.from_snapshot(raw).values()
-        except ValueConversionError:
-            return self._one_by_one(raw)
-        return tuple(
-            [
-                v if f is None or v is None else f(v)
-                for f, v in zip(self.canons, values, strict=True)
-            ]
-        )
-
-    def _one_by_one(self, raw: Sequence[Any]) -> tuple[Any, ...]:
-        self.unconvertible += 1  # the engine dead-letters such a row: it cannot match
-        out: list[Any] = []
-        for v, m, canon in zip(raw, self.mappings, self.canons, strict=True):
-            try:
-                value = v if m.snapshot is None or v is None else m.snapshot(v)
-                out.append(value if canon is None or value is None else canon(value))
-            except (ValueError, TypeError, ArithmeticError) as exc:
-                out.append(unconvertible(str(exc) or type(exc).__name__))
-        return tuple(out)
+    mappings = table.mappings(codec.names)
+    converter = RowConverter.build(mappings, table.key_columns, zero_dates)
+    return RowEncoder(
+        converter.from_snapshot, [m.snapshot for m in mappings], codec.python_canons(),
+        ValueConversionError,
+    )
 
 
 class _KeyReader:

@@ -52,7 +52,7 @@ from replicator.sources.postgres.types import (
     ValueConversionError,
     catalog_lookup,
 )
-from replicator.verify.digest import RowCodec, RowRecord, SourceRanges, row_hash, unconvertible
+from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
 from replicator.verify.model import DiffError, lsn_str
 from replicator.verify.sides import EngineProgress
 
@@ -297,7 +297,7 @@ class PostgresSide:
         cannot represent)."""
         sql, params = self._select(table, codec, None, None)
         ranges = SourceRanges(chunk_rows)
-        encode = _Encoder(table, codec)
+        encode = _encoder(table, codec)
         sort_key = codec.sort_key_fn()
         key_idx = codec.key_idx
         for rows in self._rows(sql, params, chunk_rows):
@@ -316,7 +316,7 @@ class PostgresSide:
     ) -> list[RowRecord]:  # fmt: skip
         """The rows of one range (at most one chunk), as comparable records."""
         sql, params = self._select(table, codec, lo, hi)
-        encode = _Encoder(table, codec)
+        encode = _encoder(table, codec)
         return [
             codec.record(encode(raw)) for rows in self._rows(sql, params, batch) for raw in rows
         ]
@@ -457,42 +457,17 @@ class PostgresSide:
         return int(row[0]) if row else None
 
 
-class _Encoder:
+def _encoder(table: SourceTable, codec: RowCodec) -> RowEncoder:
     """Text row (codec column order) -> canonical row, through the engine's converters."""
-
-    def __init__(self, table: SourceTable, codec: RowCodec) -> None:
-        by_name = {c[0]: c for c in table.columns}
-        maps = [
-            table.mapper.column(n, by_name[n][1], by_name[n][2], key=n in table.key_columns)
-            for n in codec.names
-        ]
-        self.converter = RowConverter(codec.names, [m.convert for m in maps])
-        self.canons = codec.python_canons()
-        self.unconvertible = 0
-
-    def __call__(self, raw: Sequence[Any]) -> tuple[Any, ...]:
-        try:
-            values = self.converter.convert(raw).values()
-        except ValueConversionError:
-            return self._one_by_one(raw)
-        return tuple(
-            [
-                v if f is None or v is None else f(v)
-                for f, v in zip(self.canons, values, strict=True)
-            ]
-        )
-
-    def _one_by_one(self, raw: Sequence[Any]) -> tuple[Any, ...]:
-        # A value the engine dead-letters: mark it so the row can never compare equal.
-        self.unconvertible += 1
-        out: list[Any] = []
-        for v, conv, canon in zip(raw, self.converter.converters, self.canons, strict=True):
-            try:
-                value = v if conv is None or v is None else conv(v)
-                out.append(value if canon is None or value is None else canon(value))
-            except (ValueError, ArithmeticError) as exc:
-                out.append(unconvertible(str(exc) or type(exc).__name__))
-        return tuple(out)
+    by_name = {c[0]: c for c in table.columns}
+    maps = [
+        table.mapper.column(n, by_name[n][1], by_name[n][2], key=n in table.key_columns)
+        for n in codec.names
+    ]
+    converter = RowConverter(codec.names, [m.convert for m in maps])
+    return RowEncoder(
+        converter.convert, converter.converters, codec.python_canons(), ValueConversionError
+    )
 
 
 def _base_oid(mapper: TypeMapper, oid: int) -> int:

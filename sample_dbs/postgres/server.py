@@ -197,6 +197,36 @@ class PrivatePostgres:
             with contextlib.suppress(OSError):
                 self.base_dir.rmdir()  # only when empty: the caller may keep files there
 
+    def create_database(self, name: str) -> str:
+        """A new empty database; returns its DSN."""
+        import psycopg
+
+        with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn_for(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop a database and its replication slots (slots are cluster-wide and keep WAL)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE database = %s AND active_pid IS NOT NULL",
+                (name,),
+            )
+            for _ in range(50):  # a terminated walsender releases its slot asynchronously
+                try:
+                    admin.execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE database = %s",
+                        (name,),
+                    )
+                    break
+                except psycopg.errors.ObjectInUse:
+                    time.sleep(0.1)
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def restart(self) -> None:
         """Restart with the same settings (e.g. after ALTER SYSTEM)."""
         self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "restart"])

@@ -93,22 +93,17 @@ def engine(cfg: Path, crash: tuple[str, int] | None) -> int:
 
 
 @pytest.fixture(scope="module")
-def fresh_db(e2e_pg: PrivatePostgres) -> Iterator[Any]:
+def fresh_db(pg_server: PrivatePostgres) -> Iterator[Any]:
     created: list[str] = []
 
     def make() -> str:
         name = f"prop{next(_dbs)}"
-        with psycopg.connect(e2e_pg.dsn_for("postgres"), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
         created.append(name)
-        return e2e_pg.dsn_for(name)
+        return pg_server.create_database(name)
 
     yield make
-    with psycopg.connect(e2e_pg.dsn_for("postgres"), autocommit=True) as admin:
-        for name in created:
-            admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                          "WHERE database = %s AND active_pid IS NULL", (name,))
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    for name in created:
+        pg_server.drop_database(name)
 
 
 def check_workload(fresh_db: Any, tmp_root: Path, txs: list[list[Stmt]],

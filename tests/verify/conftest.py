@@ -6,69 +6,33 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 from psycopg.conninfo import conninfo_to_dict
 
-from sample_dbs.postgres.server import PG_BIN, PrivatePostgres, load_schema
+from sample_dbs.postgres.server import PrivatePostgres, load_schema
 
 _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def verify_pg() -> Iterator[PrivatePostgres]:
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}")
-    base = tempfile.mkdtemp(prefix="rp-verify-pg-")  # under /tmp: reachable by user postgres
-    try:
-        with PrivatePostgres(base, dbname="postgres") as pg:
-            yield pg
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _drop(pg: PrivatePostgres, name: str) -> None:
-    with psycopg.connect(pg.dsn_for("postgres"), autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-            "WHERE database = %s AND active_pid IS NOT NULL",
-            (name,),
-        )
-        for _ in range(50):  # a terminated walsender releases its slot asynchronously
-            try:
-                admin.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE database = %s",
-                    (name,),
-                )
-                break
-            except psycopg.errors.ObjectInUse:
-                time.sleep(0.1)
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="session")
-def new_database(verify_pg: PrivatePostgres) -> Iterator[Callable[[], str]]:
+def new_database(pg_server: PrivatePostgres) -> Iterator[Callable[[], str]]:
     """Creates fresh databases (dropped at the end of the session); returns their DSNs."""
     made: list[str] = []
 
     def make() -> str:
         name = f"verify{next(_counter)}"
-        with psycopg.connect(verify_pg.dsn_for("postgres"), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
         made.append(name)
-        return verify_pg.dsn_for(name)
+        return pg_server.create_database(name)
 
     yield make
     for name in made:
-        _drop(verify_pg, name)
+        pg_server.drop_database(name)
 
 
 def write_config(root: Path, dsn: str, **source: Any) -> Path:

@@ -4,9 +4,7 @@ server on 5432), a fresh database per test, and a source factory that cleans up.
 from __future__ import annotations
 
 import itertools
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,57 +21,17 @@ if HERE not in sys.path:
 
 from replicator.events.deadletter import DeadLetterSink  # noqa: E402
 from replicator.sources.postgres import PostgresSource  # noqa: E402
-from sample_dbs.postgres.server import PG_BIN, PrivatePostgres  # noqa: E402
+from sample_dbs.postgres.server import PrivatePostgres  # noqa: E402
 
 _counter = itertools.count()
-
-
-def _require_postgres() -> None:
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}")
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PrivatePostgres]:
-    _require_postgres()
-    base = tempfile.mkdtemp(prefix="rp-pgtest-")  # under /tmp: reachable by user postgres
-    try:
-        with PrivatePostgres(base, dbname="postgres") as pg:
-            yield pg
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _drop_database(admin: psycopg.Connection[Any], name: str) -> None:
-    admin.execute(
-        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-        "WHERE database = %s AND active_pid IS NOT NULL",
-        (name,),
-    )
-    for _ in range(50):  # a terminated walsender releases its slot asynchronously
-        try:
-            admin.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE database = %s",
-                (name,),
-            )
-            break
-        except psycopg.errors.ObjectInUse:
-            import time
-
-            time.sleep(0.1)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
 def pg_dsn(pg_server: PrivatePostgres) -> Iterator[str]:
     """A fresh, empty database for one test (slots and publications do not leak)."""
     name = f"t{next(_counter)}"
-    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield pg_server.dsn_for(name)
-    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-        _drop_database(admin, name)
+    yield pg_server.create_database(name)
+    pg_server.drop_database(name)
 
 
 @pytest.fixture
