@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql bench clean
+.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql demo-s3 bench clean
 
 install: $(STAMP) jars
 
@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Iceberg's Spark runtime with its missing shaded Jackson rebuilt from pyspark's jars (cached).
+# Iceberg's Spark runtime with its missing shaded Jackson rebuilt from pyspark's jars, and the
+# Hadoop S3A jars for tables on S3 (pip-downloaded sdist, hash-checked; see spark/s3a_jars.py).
 jars: $(STAMP)
 	$(BIN)/python -m spark.runtime_jars >/dev/null
 
@@ -44,8 +45,11 @@ demo-debezium: install
 demo-mysql: install system-deps
 	$(BIN)/python -m sample_dbs.demo_mysql
 
+demo-s3: install system-deps
+	$(BIN)/python -m sample_dbs.demo_s3
+
 bench: install system-deps
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf .demo .demo-debezium .demo-mysql .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .demo .demo-debezium .demo-mysql .demo-s3 .cache .pytest_cache .mypy_cache .ruff_cache

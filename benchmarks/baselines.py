@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.workloads import TableDef
+from replicator.checkpoint import Checkpoints
 from replicator.config import BatchConfig
 from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
 from replicator.pipeline.batcher import Batcher
@@ -259,7 +260,7 @@ def run_sink_loop(
     every poll that ends at one) and hand each table's part of a batch to ``apply``."""
     run = SinkRun(name=name, expected=expected)
     batcher = Batcher(batch)
-    source.start(dict(committed))
+    source.start(Checkpoints.at(dict(committed)))
     t0 = time.monotonic()
     last = t0
 

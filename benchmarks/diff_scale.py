@@ -145,6 +145,7 @@ def _setup_iceberg(root: Path, dsn: str, rows: int, mutate: int) -> None:
         TimestamptzType,
     )
 
+    from replicator.checkpoint.model import POSITION_KEY as POSITION_PROPERTY
     from replicator.config import IcebergConfig
     from replicator.events.model import SourcePosition
     from replicator.iceberg.files import (
@@ -154,7 +155,6 @@ def _setup_iceberg(root: Path, dsn: str, rows: int, mutate: int) -> None:
     )
     from replicator.iceberg.row_delta import commit_row_delta
     from replicator.iceberg.tables import (
-        POSITION_PROPERTY,
         SOURCE_TABLE_PROPERTY,
         TABLE_PROPERTIES,
         open_catalog,

@@ -18,7 +18,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from pyiceberg.manifest import DataFileContent
 import replicator.pipeline.apply as apply_mod
 import replicator.pipeline.runner as runner_mod
 from benchmarks.procs import MemoryReport, MemorySampler, load_average
+from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.config import RunConfig
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.pipeline.runner import Replicator, RunSummary, build_source
@@ -56,6 +57,7 @@ class Timings:
     commits: list[CommitRecord] = field(default_factory=list)
     table_batches: int = 0
     events_applied: int = 0
+    generation: int = 0  # bumped by reset: lets a poll in flight tell its phase was restarted
     # Called after each table's batch is committed (the lag measurement uses it).
     after_apply: Callable[[Sequence[ChangeEvent], CommitRecord | None], None] | None = None
 
@@ -63,6 +65,7 @@ class Timings:
         self.parts[name] = self.parts.get(name, 0.0) + seconds
 
     def reset(self) -> None:
+        self.generation += 1
         self.parts = {}
         self.commits = []
         self.table_batches = 0
@@ -142,18 +145,20 @@ class Probes:
 
         return wrapper
 
-    def _apply_table(self, fn: Any) -> Any:
+    def _apply_batch(self, fn: Any) -> Any:
         @functools.wraps(fn)
-        def wrapper(ctx: Any, events: Sequence[ChangeEvent], end: SourcePosition) -> Any:
+        def wrapper(env: Any, events: Any, batch: Any, totals: Any) -> Any:
             n = len(self.t.commits)
             t0 = time.perf_counter()
-            out = fn(ctx, events, end)
+            out = fn(env, events, batch, totals)
             cur = self.t.current
             cur.add("apply_table", time.perf_counter() - t0)
-            cur.table_batches += 1
-            cur.events_applied += len(events)
+            cur.table_batches += len(events)
+            cur.events_applied += sum(len(evs) for evs in events.values())
             if cur.after_apply is not None:
-                cur.after_apply(events, cur.commits[-1] if len(cur.commits) > n else None)
+                new = cur.commits[n:]
+                for evs in events.values():
+                    cur.after_apply(evs, new[-1] if new else None)
             return out
 
         return wrapper
@@ -164,9 +169,9 @@ class Probes:
             return self
         u = self._undo
         _patch(apply_mod, "stage_events", self._timed("staging"), u)
-        _patch(apply_mod, "apply_with_spark", self._timed("spark_job"), u)
+        _patch(apply_mod, "apply_batch_with_spark", self._timed("spark_job"), u)
         _patch(apply_mod, "commit_row_delta", self._commit, u)
-        _patch(runner_mod, "apply_table", self._apply_table, u)
+        _patch(runner_mod, "apply_batch", self._apply_batch, u)
         with contextlib.suppress(ImportError):
             import replicator.sources.postgres.replication as pg_repl
             import replicator.sources.postgres.source as pg_source
@@ -197,10 +202,7 @@ class ControlledSource(ChangeSource):
     def __init__(self, timings: Timings) -> None:  # ChangeSource.__init__: see attach()
         self.inner: ChangeSource | None = None
         self.t = timings
-        self.on_idle: Callable[[], None] | None = None
-        self.empty_polls = 0
-        self.phase_start: float | None = None  # monotonic time of the first poll of a phase
-        self._arm = False
+        self.phase_start: float | None = None  # monotonic time the current phase started
 
     def attach(self, inner: ChangeSource) -> None:
         self.inner = inner
@@ -208,14 +210,14 @@ class ControlledSource(ChangeSource):
 
     # The runner reads these from its source.
     @property
-    def reads_may_repeat(self) -> bool:  # type: ignore[override]
+    def replay(self) -> ReplayWindow:  # type: ignore[override]
         assert self.inner is not None
-        return self.inner.reads_may_repeat
+        return self.inner.replay
 
     @property
-    def upsert_until(self) -> SourcePosition | None:  # type: ignore[override]
+    def source_id(self) -> str | None:  # type: ignore[override]
         assert self.inner is not None
-        return self.inner.upsert_until
+        return self.inner.source_id
 
     @property
     def fencing_token(self) -> int | None:  # type: ignore[override]
@@ -223,24 +225,24 @@ class ControlledSource(ChangeSource):
         return self.inner.fencing_token
 
     def start_phase(self) -> None:
-        """The next poll starts a measured phase (after the step that wrote the changes)."""
-        self._arm = True
+        """A measured phase starts now (after the step that wrote the changes). Reset here, on
+        the run loop's thread: the reader thread may already be inside the poll that will
+        return the step's changes, so a reset at the next poll would drop their timings."""
+        self.t.reset()
+        self.phase_start = time.monotonic()
 
-    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+    def start(self, checkpoints: Checkpoints) -> None:
         assert self.inner is not None
-        self.inner.start(committed)
+        self.inner.start(checkpoints)
 
     def poll(self) -> Iterator[ChangeEvent]:
         assert self.inner is not None
         set_active(self.t)
-        if self._arm:
-            self._arm = False
-            self.t.reset()
-            self.phase_start = time.monotonic()
         got = 0
         # Source-internal timers (transport, decode) also tick while an idle poll waits for
         # data: an empty poll's share is taken back below.
         before = {k: self.t.parts[k] for k in _SOURCE_INTERNAL if k in self.t.parts}
+        generation = self.t.generation
         t = time.perf_counter()
         for ev in self.inner.poll():
             self.t.add("source_read", time.perf_counter() - t)
@@ -249,17 +251,14 @@ class ControlledSource(ChangeSource):
             t = time.perf_counter()
         if got:
             self.t.add("source_read", time.perf_counter() - t)
-            self.empty_polls = 0
             return
+        if self.t.generation != generation:
+            return  # the phase restarted while this poll waited: nothing of it to take back
         for k in _SOURCE_INTERNAL:
             if k in before:
                 self.t.parts[k] = before[k]
             else:
                 self.t.parts.pop(k, None)
-        self.empty_polls += 1
-        if self.empty_polls >= 2 and self.on_idle is not None:
-            self.empty_polls = 0
-            self.on_idle()
 
     def acknowledge(self, position: SourcePosition) -> None:
         assert self.inner is not None
@@ -419,7 +418,9 @@ class EngineSession:
                 self.ctl.start_phase()
                 self._open_phase(name, 0.0)
 
-        self.ctl.on_idle = on_idle
+        # Called by the run loop (its thread) once the source is idle and all it read is
+        # committed: the phase ends there; the next step's changes start the next one.
+        self.rep.on_idle = on_idle
         set_active(self.timings)
         self.timings.reset()
         if first_phase is not None:

@@ -20,8 +20,10 @@ OPS = ("c", "r", "u", "d")
 MIB = 1024 * 1024
 
 # Iceberg's reserved field ids for position delete files (spec, "Position Delete Files").
-_FILE_PATH_FIELD_ID = b"2147483546"
-_POS_FIELD_ID = b"2147483545"
+POSITION_DELETE_FILE_PATH_ID = 2147483546
+POSITION_DELETE_POS_ID = 2147483545
+_FILE_PATH_FIELD_ID = str(POSITION_DELETE_FILE_PATH_ID).encode()
+_POS_FIELD_ID = str(POSITION_DELETE_POS_ID).encode()
 
 POSITION_DELETE_INDEX_SCHEMA = pa.schema(
     [pa.field("file_index", pa.int32(), nullable=False), pa.field("pos", pa.int64(), False)]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from replicator import secrets
 from replicator.errors import ConfigError
 
 
@@ -27,6 +29,13 @@ class SourceConfig(_Strict):
     slot: str = "replicator"
     publication: str = "replicator"
     server_id: int = 4242
+    delivery: Literal["at-least-once", "exactly-once"] = Field(
+        "at-least-once",
+        description="debezium-json: how the records were delivered. Kafka (and Debezium "
+        "Server) deliver at least once, so inserts are applied as upserts; say exactly-once "
+        "only for input known to hold each change once (e.g. Kafka Connect exactly-once "
+        "source support)",
+    )
 
     @model_validator(mode="after")
     def _needs_location(self) -> SourceConfig:
@@ -38,28 +47,112 @@ class SourceConfig(_Strict):
 
 
 class IcebergConfig(_Strict):
-    catalog_uri: str = Field(description="SQLAlchemy URI of the SQL catalog, e.g. sqlite:///cat.db")
+    """Where the Iceberg tables live: ``catalog_uri`` + ``warehouse`` (the short form for a SQL
+    catalog) or ``catalog``: any pyiceberg catalog's properties, e.g. ``{type: rest, uri: ...,
+    credential: ..., warehouse: ..., s3.endpoint: ...}``. Exactly one of the two."""
+
+    catalog_uri: str | None = Field(
+        None, description="SQLAlchemy URI of a SQL catalog, e.g. sqlite:///cat.db (short form)"
+    )
+    # repr=False: the properties hold secrets (credential, token, s3.secret-access-key).
+    catalog: dict[str, str | dict[str, Any]] | None = Field(
+        None, repr=False, description="pyiceberg catalog properties (type, uri, warehouse, s3.*, ...)"
+    )
     catalog_name: str = "replicator"
-    warehouse: str = Field(description="warehouse location, e.g. file:///data/warehouse or a path")
+    warehouse: str | None = Field(
+        None, description="warehouse location, e.g. file:///data/warehouse, a path or s3://bucket/wh"
+    )
     namespace: str = "cdc"
     table_names: dict[str, str] = Field(
         default_factory=dict, description="source table -> Iceberg table name (without namespace)"
     )
     target_file_bytes: int = Field(128 * 1024 * 1024, gt=0)
+    cut_every_seconds: float = Field(
+        300.0, ge=0, description="tag every table at one source position this often (0: no cuts)"
+    )
+    cuts_keep: int = Field(24, ge=1, description="how many consistent cuts to keep")
 
     @field_validator("warehouse")
     @classmethod
-    def _as_uri(cls, v: str) -> str:
-        if "://" not in v:
+    def _as_uri(cls, v: str | None) -> str | None:
+        if v is not None and "://" not in v:
             return Path(v).expanduser().resolve().as_uri()
         return v
 
     @field_validator("catalog_uri")
     @classmethod
-    def _known_scheme(cls, v: str) -> str:
-        if not re.match(r"^(sqlite|postgresql(\+\w+)?)://", v):
-            raise ValueError("catalog_uri must be a sqlite:/// or postgresql:// SQLAlchemy URI")
+    def _known_scheme(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(sqlite|postgresql(\+\w+)?)://", v):
+            raise ValueError(
+                "catalog_uri must be a sqlite:/// or postgresql:// SQLAlchemy URI "
+                "(other catalogs: use iceberg.catalog with pyiceberg's properties)"
+            )
         return v
+
+    @field_validator("catalog", mode="before")
+    @classmethod
+    def _scalars_as_strings(cls, v: object) -> object:
+        # pyiceberg properties are strings; YAML gives `true` / `30` as bool / int. Nested
+        # mappings (pyiceberg's `auth:`, `ssl:`) keep their shape.
+        return _as_properties(v, "") if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _one_catalog(self) -> IcebergConfig:
+        if (self.catalog_uri is None) == (self.catalog is None):
+            raise ValueError(
+                "give exactly one of iceberg.catalog_uri (a SQL catalog, with iceberg.warehouse) "
+                "and iceberg.catalog (pyiceberg catalog properties)"
+            )
+        if self.catalog_uri is not None and self.warehouse is None:
+            raise ValueError("iceberg.warehouse is required with iceberg.catalog_uri")
+        if self.catalog is not None:
+            if not self.catalog.get("type") and not self.catalog.get("uri") and not self.catalog.get("py-catalog-impl"):
+                raise ValueError("iceberg.catalog needs a type (rest, sql, glue, hive, ...) or a uri")
+            inner = self.catalog.get("warehouse")
+            if self.warehouse is not None and inner is not None and inner != self.warehouse:
+                raise ValueError(
+                    "iceberg.warehouse and iceberg.catalog.warehouse differ; give it once, in iceberg.catalog"
+                )
+        return self
+
+    @property
+    def catalog_properties(self) -> dict[str, Any]:
+        """The properties pyiceberg's ``load_catalog`` gets (secrets included: never log them;
+        see :meth:`describe_catalog`)."""
+        if self.catalog is None:
+            assert self.catalog_uri is not None and self.warehouse is not None
+            return {"type": "sql", "uri": self.catalog_uri, "warehouse": self.warehouse}
+        props = dict(self.catalog)
+        if self.warehouse is not None:
+            props.setdefault("warehouse", self.warehouse)
+        return props
+
+    def describe_catalog(self) -> str:
+        """The catalog for logs: type, address and warehouse, never a secret."""
+        props = self.catalog_properties
+        kind = props.get("type") or props.get("py-catalog-impl") or "catalog"
+        parts = [f"{kind} catalog"]
+        if isinstance(props.get("uri"), str):
+            parts.append(redact_dsn(props["uri"]))
+        if isinstance(props.get("warehouse"), str):
+            parts.append(f"warehouse {redact_dsn(props['warehouse'])}")
+        return " ".join(parts)
+
+
+def _as_properties(mapping: dict, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{where}{key}"
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = str(value)
+        elif isinstance(value, dict):
+            value = _as_properties(value, name + ".")
+        elif not isinstance(value, str):
+            raise ValueError(f"catalog property {name!r} must be a string, number, boolean or mapping")
+        out[str(key)] = value
+    return out
 
 
 class BatchConfig(_Strict):
@@ -94,15 +187,55 @@ def load_config(path: Path) -> RunConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     base = path.parent.resolve()
+    raw = _expand_env(raw, ())
     _resolve_paths(raw, base)
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
         lines = [f"config file {path} is invalid:"]
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
             lines.append(f"  {loc}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
+    register_secrets(cfg)
+    return cfg
+
+
+def register_secrets(cfg: RunConfig) -> None:
+    """Tell the scrubber every secret this config holds (see replicator.secrets)."""
+    secrets.register(secrets.secrets_in(cfg.iceberg.catalog_properties))
+    secrets.register(secrets.secrets_in_text(cfg.source.dsn or ""))
+
+
+# `${NAME}` takes the value of environment variable NAME; `$${` is a literal `${`.
+_ENV_REF = re.compile(r"\$(\$?)\{([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _expand_env(value: Any, where: tuple[str, ...]) -> Any:
+    """Resolve ``${NAME}`` in every string value of the config, so secrets can stay in the
+    environment; a missing variable is an error naming the key that uses it."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, (*where, str(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, (*where, str(i))) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    key = ".".join(where) or "(top level)"
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "${" + m.group(2) + "}"  # escaped
+        name = m.group(2)
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: ${{{name}}} is not a valid environment variable reference")
+        if name not in os.environ:
+            raise ConfigError(
+                f"{key}: environment variable {name} is not set (referenced as ${{{name}}})"
+            )
+        return os.environ[name]
+
+    return _ENV_REF.sub(sub, value)
 
 
 def _resolve_paths(raw: dict, base: Path) -> None:
@@ -114,12 +247,25 @@ def _resolve_paths(raw: dict, base: Path) -> None:
         wh = ice.get("warehouse")
         if isinstance(wh, str) and "://" not in wh:
             ice["warehouse"] = str((base / wh).resolve())
-        uri = ice.get("catalog_uri")
-        if isinstance(uri, str) and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-            rel = uri[len("sqlite:///"):]
-            ice["catalog_uri"] = "sqlite:///" + str((base / rel).resolve())
+        ice["catalog_uri"] = _absolute_sqlite(ice.get("catalog_uri"), base)
+        cat = ice.get("catalog")
+        if isinstance(cat, dict) and cat.get("type", "sql") == "sql":
+            cat["uri"] = _absolute_sqlite(cat.get("uri"), base)
+            cwh = cat.get("warehouse")
+            if isinstance(cwh, str) and "://" not in cwh:
+                cat["warehouse"] = (base / cwh).resolve().as_uri()
+        if ice.get("catalog_uri") is None:
+            ice.pop("catalog_uri", None)
+        if isinstance(cat, dict) and cat.get("uri") is None:
+            cat.pop("uri", None)
     if isinstance(raw.get("state_dir"), str):
         raw["state_dir"] = str((base / raw["state_dir"]).resolve())
+
+
+def _absolute_sqlite(uri: Any, base: Path) -> Any:
+    if isinstance(uri, str) and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str((base / uri[len("sqlite:///"):]).resolve())
+    return uri
 
 
 def redact_dsn(dsn: str) -> str:

@@ -77,5 +77,22 @@ class CommitConflictError(TransientError):
     """The catalog refused the commit because the table moved underneath us."""
 
 
+class CommitStateUnknownError(TransientError):
+    """The catalog's answer to a commit was lost: it may or may not have taken it. The
+    table's checkpoint tells which (see ``replicator.pipeline.apply``)."""
+
+
 class FencedError(TerminalError):
     """Another writer owns this table/slot; this one must stop instead of duplicating."""
+
+
+class StorageUnavailableError(TransientError):
+    """Object storage failed in a way that may pass: throttling, 5xx, a timeout, a reset."""
+
+
+class CatalogUnavailableError(TransientError):
+    """The Iceberg catalog failed in a way that may pass: 5xx, 429, a timeout, a reset."""
+
+
+class TokenExpiredError(CatalogUnavailableError):
+    """The catalog refused an expired token; a new one is fetched before the next try."""

@@ -1,10 +1,13 @@
-"""The ordered apply stage: one table's batch through ops_mapping into Iceberg files.
+"""The ordered apply stage: each table's batch through ops_mapping into Iceberg files.
 
-The batch is read by Spark from the staged Parquet file, gathered into ONE partition and
-sorted by sequence (per-key order is the whole correctness story: a delete overtaking its
-insert would leave a stale row), then ``mapInArrow`` streams it through the pure mapper and
-the file writer. The worker keeps the key-to-position map, never the batch's rows. It
-returns one row per file written; the driver turns them into Iceberg DataFiles.
+``apply_batch_with_spark`` runs ONE Spark job per batch: one task per table, so the tables
+of a batch are mapped in parallel across executors while each table's events stay in ONE
+ordered worker (per-key order is the whole correctness story: a delete overtaking its insert
+would leave a stale row). A task streams its table's staged Parquet file (written in
+sequence order) through the pure mapper and the file writer; it keeps the key-to-position
+map, never the batch's rows, and returns one row per file written. The driver turns them
+into Iceberg DataFiles. The staged files must be readable where the tasks run: the driver's
+disk in local mode, shared storage on a cluster.
 
 ``apply_local`` runs the same worker in-process without Spark (used by benchmarks as a
 baseline of the stage's overhead, and by tests that exercise the mapping alone).
@@ -13,14 +16,17 @@ baseline of the stage's overhead, and by tests that exercise the mapping alone).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 
+from ops_mapping import SEQ_COLUMN as SEQ
 from ops_mapping import BatchMapper, MappingPolicy, MappingStats
-from replicator.pipeline.staging import SEQ
 from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
 
 RESULT_SCHEMA = pa.schema(
@@ -33,6 +39,15 @@ RESULT_SCHEMA = pa.schema(
     ]
 )
 RESULT_DDL = "content int, path string, records long, size long, stats string"
+
+# `content` of the result row a worker sends instead of files when storage failed: the
+# message travels as data, so the driver can tell a passing outage from a bug without
+# parsing Spark's Java exception text.
+CONTENT_STORAGE_ERROR = -2
+
+
+class StageStorageError(OSError):
+    """The stage's worker could not write its files (storage error; message from pyarrow)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,18 @@ class StageResult:
 
 def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from write(batches)
+        except OSError as exc:
+            # Files written so far are orphans (never committed); the driver retries the
+            # stage under a new batch id if the error is transient.
+            yield pa.RecordBatch.from_pylist(
+                [{"content": CONTENT_STORAGE_ERROR, "path": f"{type(exc).__name__}: {exc}"[:4000],
+                  "records": 0, "size": 0, "stats": "{}"}],
+                schema=RESULT_SCHEMA,
+            )
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         writer = TableFileWriter(spec.writer)
         mapper: BatchMapper | None = None
         for batch in batches:
@@ -88,6 +115,9 @@ def _stats_dict(stats: MappingStats) -> dict[str, int]:
 
 
 def _collect(rows: list[dict]) -> StageResult:
+    for r in rows:
+        if r["content"] == CONTENT_STORAGE_ERROR:
+            raise StageStorageError(r["path"])
     files = [
         WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"])
         for r in rows
@@ -97,12 +127,45 @@ def _collect(rows: list[dict]) -> StageResult:
     return StageResult(files=files, stats=stats)
 
 
-def apply_with_spark(spark: object, staged_path: str, spec: StageSpec) -> StageResult:
-    """Run the stage on Spark: one partition, sorted by sequence."""
-    df = spark.read.parquet(staged_path)  # type: ignore[attr-defined]
-    ordered = df.coalesce(1).sortWithinPartitions(SEQ)
-    rows = ordered.mapInArrow(_worker(spec), RESULT_DDL).collect()
-    return _collect([r.asDict() for r in rows])
+@dataclass(frozen=True)
+class StageTask:
+    """One table's part of a batch: its staged events (Parquet, in sequence order) and how
+    to map and write them."""
+
+    staged_path: str
+    spec: StageSpec
+
+
+STAGE_READ_ROWS = 65_536
+
+
+def _run_task(task: StageTask) -> list[dict[str, Any]]:
+    fs, path = pafs.FileSystem.from_uri(task.staged_path) if "://" in task.staged_path else (
+        pafs.LocalFileSystem(), task.staged_path)  # fmt: skip
+    with fs.open_input_file(path) as fh:
+        batches = pq.ParquetFile(fh).iter_batches(batch_size=STAGE_READ_ROWS)
+        out = list(_worker(task.spec)(batches))
+    return pa.Table.from_batches(out, schema=RESULT_SCHEMA).to_pylist() if out else []
+
+
+def _run_partition(items: Iterable[tuple[int, StageTask]]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    for index, task in items:
+        yield index, _run_task(task)
+
+
+def apply_batch_with_spark(spark: Any, tasks: Sequence[StageTask]) -> list[StageResult]:
+    """ONE Spark job for the tables of a batch; results in the order of ``tasks``."""
+    if not tasks:
+        return []
+    sc = spark.sparkContext
+    rdd = sc.parallelize(list(enumerate(tasks)), numSlices=len(tasks))
+    done = dict(rdd.mapPartitions(_run_partition).collect())
+    return [_collect(done[i]) for i in range(len(tasks))]
+
+
+def apply_batch_local(tasks: Sequence[StageTask]) -> list[StageResult]:
+    """The same tasks in this process, without Spark."""
+    return [_collect(_run_task(t)) for t in tasks]
 
 
 def apply_local(staged: pa.Table, spec: StageSpec, *, chunk_rows: int = 65_536) -> StageResult:

@@ -3,6 +3,10 @@
 Runs inside the apply stage's worker. Data rows arrive in small slices from the mapper; they
 are buffered up to a row group so Parquet files get large row groups (small row groups cut
 write speed 2-3x). Memory held: at most one row group per open data file.
+
+Files are opened through pyiceberg's FileIO built from ``WriterSpec.io_properties`` (the
+table's ``s3.*`` and similar properties), so the same code writes to a local warehouse and to
+S3-compatible object storage (spark/object_storage.py).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyarrow import fs as pafs
+
+from spark.object_storage import open_output
 
 CONTENT_DATA = 0
 CONTENT_POSITION_DELETES = 1
@@ -30,6 +35,8 @@ class WriterSpec:
     equality_schema: pa.Schema
     position_schema: pa.Schema
     compression: str = "zstd"
+    # FileIO properties (s3.endpoint, keys, ...): secrets, so kept out of repr and logs.
+    io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -43,6 +50,7 @@ class WrittenFile:
 @dataclass
 class _Open:
     writer: pq.ParquetWriter
+    stream: pa.NativeFile
     path: str
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
@@ -52,8 +60,6 @@ class _Open:
 class TableFileWriter:
     def __init__(self, spec: WriterSpec) -> None:
         self.spec = spec
-        self.fs, self._base = pafs.FileSystem.from_uri(spec.data_location)
-        self.fs.create_dir(self._base, recursive=True)
         self._data: dict[int, _Open] = {}
         self._eq: _Open | None = None
         self.written: list[WrittenFile] = []
@@ -62,9 +68,9 @@ class TableFileWriter:
         return f"{self.spec.data_location}/{self.spec.batch_id}-data-{file_index:05d}.parquet"
 
     def _open(self, uri: str, schema: pa.Schema) -> _Open:
-        _, path = pafs.FileSystem.from_uri(uri)
-        writer = pq.ParquetWriter(path, schema, filesystem=self.fs, compression=self.spec.compression)
-        return _Open(writer=writer, path=uri)
+        stream = open_output(uri, self.spec.io_properties)
+        writer = pq.ParquetWriter(stream, schema, compression=self.spec.compression)
+        return _Open(writer=writer, stream=stream, path=uri)
 
     def write_data(self, file_index: int, rows: pa.Table) -> None:
         handle = self._data.get(file_index)
@@ -112,9 +118,9 @@ class TableFileWriter:
 
     def _close(self, handle: _Open, content: int) -> None:
         self._flush(handle)
-        handle.writer.close()
-        _, path = pafs.FileSystem.from_uri(handle.path)
-        size = self.fs.get_file_info(path).size or 0
+        handle.writer.close()  # the footer; the stream stays open (we passed it in)
+        size = handle.stream.tell()
+        handle.stream.close()  # on S3: completes the upload
         self.written.append(WrittenFile(content=content, path=handle.path, records=handle.records, size=size))
 
     def close(self) -> list[WrittenFile]:

@@ -7,7 +7,8 @@ rebuild the missing piece from the stock Jackson jars inside pyspark's ``jars/``
 relocating them into the shaded package (a constant-pool rewrite, like maven-shade does).
 Pure Python, deterministic, cached under ``<repo>/.cache/jars`` keyed by the inputs' hash.
 
-``python -m spark.runtime_jars`` builds (if needed) and prints the jar paths.
+``python -m spark.runtime_jars`` builds (if needed) and prints the jar paths, including the
+Hadoop S3A jars for tables on object storage (``spark/s3a_jars.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from spark.s3a_jars import build_s3a_jars, cached_s3a_jars
 
 # Bump when the relocation logic changes so cached jars are rebuilt.
 RELOCATOR_VERSION = "2"
@@ -269,11 +272,14 @@ def relocated_jackson_jar() -> Path:
 
 
 def runtime_jars() -> list[str]:
-    """Jar paths for `spark.jars`: the Iceberg Spark runtime and the relocated Jackson."""
-    return [str(iceberg_runtime_jar()), str(relocated_jackson_jar())]
+    """Jar paths for `spark.jars`: the Iceberg Spark runtime, the relocated Jackson, and
+    Hadoop S3A when it has been built (see spark/s3a_jars.py; needed for s3:// tables)."""
+    jars = [str(iceberg_runtime_jar()), str(relocated_jackson_jar())]
+    return jars + (cached_s3a_jars(cache_dir()) or [])
 
 
 def main(argv: list[str] | None = None) -> int:
+    build_s3a_jars(cache_dir())
     for path in runtime_jars():
         print(path)
     return 0

@@ -78,6 +78,9 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
         "spark.master": "local[2]",
         "spark.jars": ",".join(runtime_jars()),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        # s3:// (as pyiceberg writes table locations) is served by Hadoop S3A, when its jars
+        # are there (spark/s3a_jars.py); buckets are configured by spark.object_storage.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.sql.session.timeZone": "UTC",
         # Staged batches are written by pyarrow in the proleptic Gregorian calendar: read
         # dates before 1582 / timestamps before 1900 as they are (the default refuses them).

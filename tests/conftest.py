@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
+    from sample_dbs.object_store import PrivateSeaweed
     from sample_dbs.postgres.server import PrivatePostgres
 
 # Tests import `spark.*` and `tests.*` from the repo root; make that work without an
@@ -36,6 +37,30 @@ def spark() -> SparkSession:
 
 
 @pytest.fixture(scope="session")
+def seaweed() -> Iterator[PrivateSeaweed]:
+    """One private SeaweedFS `weed mini` (S3 API + Iceberg REST catalog, OAuth2 client
+    credentials = a random key pair) for the whole session, on free loopback ports. The
+    judges are told how to read its bucket."""
+    import shutil
+    import tempfile
+
+    from sample_dbs.object_store import PrivateSeaweed, weed_binary
+    from tests.judges import use_object_store
+
+    try:
+        weed_binary()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    base = tempfile.mkdtemp(prefix="rp-weed-")
+    try:
+        with PrivateSeaweed(base) as server:
+            use_object_store(server.bucket, server.s3_properties())
+            yield server
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def pg_server() -> Iterator[PrivatePostgres]:
     """One private Postgres (wal_level=logical, free port, temp dir) for the whole session;
     never the system server. Tests take fresh databases from it."""
@@ -52,3 +77,14 @@ def pg_server() -> Iterator[PrivatePostgres]:
             yield pg
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.slow`` tests run with ``LONG=1`` (``make test-long``) or when selected
+    explicitly (``-m slow``); ``make test`` skips them, as the marker says."""
+    if os.environ.get("LONG") or "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with LONG=1 (make test-long) or -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

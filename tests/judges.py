@@ -6,6 +6,10 @@ Both judges read a table straight from a ``metadata.json`` location, so they nee
   ``spark.read.format("iceberg").load("<metadata.json>")``;
 * DuckDB's iceberg extension (second opinion), via ``iceberg_scan('<metadata.json>')``.
 
+Tables on S3-compatible storage: call :func:`use_object_store` with the store's pyiceberg
+``s3.*`` properties and bucket once; Spark then reads the bucket through Hadoop S3A and DuckDB
+through its httpfs extension (from the ``duckdb-extension-httpfs`` wheel).
+
 Rows come back as plain dicts with normalised values so the two can be compared with ``==``:
 ``int``, ``float``, ``bool``, ``str``, ``bytes``, ``Decimal``, ``date``, ``time`` (DuckDB
 only: Spark cannot read Iceberg ``time`` columns), naive ``datetime`` for ``timestamp``,
@@ -92,10 +96,23 @@ def _local_path(location: str) -> str:
 # --------------------------------------------------------------------------- Spark judge
 
 
+# bucket -> pyiceberg s3.* properties, for both judges
+_OBJECT_STORES: dict[str, dict[str, str]] = {}
+
+
+def use_object_store(bucket: str, properties: Mapping[str, str]) -> None:
+    """Let both judges read tables in ``s3://<bucket>/`` with these pyiceberg properties."""
+    _OBJECT_STORES[bucket] = dict(properties)
+
+
 def _spark() -> SparkSession:
+    from spark.object_storage import configure_spark
     from spark.session import get_spark
 
-    return get_spark()
+    session = get_spark()
+    for bucket, props in _OBJECT_STORES.items():
+        configure_spark(session, f"s3://{bucket}/", props)
+    return session
 
 
 def _spark_load(
@@ -238,7 +255,32 @@ def duckdb_connect() -> duckdb.DuckDBPyConnection:
     for name in ("avro", "iceberg"):  # iceberg needs avro (manifests) loaded first
         con.execute(f"LOAD '{_duckdb_extension(name)}'")
     con.execute("SET TimeZone = 'UTC'")
+    if _OBJECT_STORES:
+        con.execute(f"LOAD '{_duckdb_extension('httpfs')}'")
+    for i, (bucket, props) in enumerate(sorted(_OBJECT_STORES.items())):
+        con.execute(_duckdb_s3_secret(f"s3_{i}", bucket, props))
     return con
+
+
+def _duckdb_s3_secret(name: str, bucket: str, props: Mapping[str, str]) -> str:
+    endpoint = props.get("s3.endpoint", "")
+    host = endpoint.split("://", 1)[-1].rstrip("/")
+    opts = {
+        "TYPE": "s3",
+        "KEY_ID": props.get("s3.access-key-id", ""),
+        "SECRET": props.get("s3.secret-access-key", ""),
+        "REGION": props.get("s3.region", "us-east-1"),
+        "SCOPE": f"s3://{bucket}",
+    }
+    if host:
+        opts["ENDPOINT"] = host
+        opts["USE_SSL"] = "false" if endpoint.startswith("http://") else "true"
+    if props.get("s3.path-style-access", "").lower() == "true":
+        opts["URL_STYLE"] = "path"
+    body = ", ".join(
+        k + " " + (v if k in ("TYPE", "USE_SSL") else _quote_str(v)) for k, v in opts.items()
+    )
+    return f"CREATE SECRET {name} ({body})"
 
 
 def _quote_ident(name: str) -> str:

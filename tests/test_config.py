@@ -58,3 +58,105 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_redact_dsn_hides_passwords() -> None:
     assert redact_dsn("postgresql://bob:s3cret@db:5432/x") == "postgresql://bob:***@db:5432/x"
     assert "s3cret" not in redact_dsn("host=db user=bob password=s3cret dbname=x")
+
+
+# -- iceberg.catalog: any pyiceberg catalog, ${ENV} values, secrets ---------------------------
+
+REST = """
+source: {type: debezium-json, path: in}
+iceberg:
+  catalog:
+    type: rest
+    uri: https://catalog.example/api
+    credential: "${RP_CLIENT_ID}:${RP_CLIENT_SECRET}"
+    warehouse: lake
+    s3.endpoint: http://127.0.0.1:9000
+    s3.path-style-access: true
+    s3.connect-timeout: 5
+    s3.secret-access-key: ${RP_S3_SECRET}
+  namespace: cdc
+"""
+
+
+def test_rest_catalog_properties_with_environment_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RP_CLIENT_ID", "engine")
+    monkeypatch.setenv("RP_CLIENT_SECRET", "client-secret-value")
+    monkeypatch.setenv("RP_S3_SECRET", "s3-secret-value")
+    cfg = load_config(_write(tmp_path, REST))
+    props = cfg.iceberg.catalog_properties
+    assert props["credential"] == "engine:client-secret-value"
+    assert props["s3.secret-access-key"] == "s3-secret-value"
+    assert props["s3.path-style-access"] == "true" and props["s3.connect-timeout"] == "5"
+    assert props["warehouse"] == "lake"  # a REST warehouse is a name, not a path: untouched
+    shown = cfg.iceberg.describe_catalog() + repr(cfg) + str(cfg)
+    assert "secret-value" not in shown
+    assert cfg.iceberg.describe_catalog() == "rest catalog https://catalog.example/api warehouse lake"
+
+
+def test_missing_environment_variable_names_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RP_CLIENT_ID", "engine")
+    monkeypatch.setenv("RP_CLIENT_SECRET", "x" * 8)
+    monkeypatch.delenv("RP_S3_SECRET", raising=False)
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, REST))
+    assert "iceberg.catalog.s3.secret-access-key" in str(exc.value)
+    assert "RP_S3_SECRET is not set" in str(exc.value)
+
+
+def test_escaped_dollar_brace_is_literal(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: postgres, dsn: "host=db password=$${NOT_A_VAR}"}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+    assert cfg.source.dsn == "host=db password=${NOT_A_VAR}"
+
+
+@pytest.mark.parametrize("iceberg, message", [
+    ('{catalog_uri: "sqlite:///c.db", warehouse: wh, catalog: {type: rest, uri: "http://x"}}',
+     "exactly one of iceberg.catalog_uri"),
+    ("{namespace: cdc}", "exactly one of iceberg.catalog_uri"),
+    ('{catalog_uri: "sqlite:///c.db"}', "iceberg.warehouse is required"),
+    ("{catalog: {warehouse: s3://b/}}", "needs a type"),
+    ('{catalog_uri: "http://rest"}', "use iceberg.catalog"),
+    ("{catalog: {type: rest, uri: x, warehouse: a}, warehouse: b}", "differ"),
+])
+def test_catalog_choice_is_validated(tmp_path: Path, iceberg: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, f"source: {{type: debezium-json, path: in}}\niceberg: {iceberg}\n"))
+    assert message in str(exc.value)
+
+
+def test_sql_catalog_long_form_resolves_paths(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog: {type: sql, uri: "sqlite:///cat.db", warehouse: wh}}
+"""))
+    props = cfg.iceberg.catalog_properties
+    assert props == {"type": "sql", "uri": f"sqlite:///{tmp_path.resolve()}/cat.db",
+                     "warehouse": (tmp_path / "wh").resolve().as_uri()}
+
+
+def test_short_form_is_a_sql_catalog(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "postgresql+psycopg://bob:pw-in-uri@db/cat", warehouse: "s3://bucket/wh"}
+"""))
+    assert cfg.iceberg.catalog_properties["type"] == "sql"
+    assert cfg.iceberg.warehouse == "s3://bucket/wh"
+    assert "pw-in-uri" not in cfg.iceberg.describe_catalog()
+
+
+def test_nested_catalog_properties_keep_their_shape(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg:
+  catalog:
+    type: rest
+    uri: https://cat
+    auth: {type: oauth2, oauth2: {client_id: me, client_secret: nested-secret-1, scope: all}}
+"""))
+    assert cfg.iceberg.catalog_properties["auth"]["oauth2"]["client_secret"] == "nested-secret-1"
+    from replicator import secrets
+
+    assert "nested-secret-1" in secrets.secrets_in(cfg.iceberg.catalog_properties)
+    assert secrets.scrub("x nested-secret-1 y") == "x *** y"  # registered when loaded

@@ -10,6 +10,7 @@ from pathlib import Path
 from replicator import __version__
 from replicator.config import load_config
 from replicator.errors import ConfigError, ReplicatorError
+from replicator.secrets import ScrubbingFilter, scrub
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -21,11 +22,15 @@ examples:
   replicator run --config replicator.yaml                replicate continuously (Ctrl-C stops)
   replicator status --config replicator.yaml --rows      what each Iceberg table holds
   replicator diff --config replicator.yaml [--json]      compare source and Iceberg tables
+  replicator cuts --config replicator.yaml [--json]      consistent cuts: all tables at one position
 
 config (YAML):
   source:   {type: debezium-json | postgres | mysql, path: ..., dsn: ..., tables: [...],
              primary_keys: {public.t: [id]}}
   iceberg:  {catalog_uri: sqlite:///catalog.db, warehouse: ./warehouse, namespace: cdc}
+            or {catalog: {type: rest, uri: https://..., credential: "${CLIENT_ID}:${CLIENT_SECRET}",
+                warehouse: ..., s3.endpoint: ..., s3.access-key-id: ..., s3.secret-access-key:
+                "${S3_SECRET}"}, namespace: cdc}   (any pyiceberg catalog; ${VAR} = environment)
   batch:    {max_events: 100000, max_bytes: 67108864, max_seconds: 10, linger_seconds: 1}
   state_dir: .replicator        (dead letters, lock, staging)
 """
@@ -70,6 +75,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="rows per key range digest (default 10000)")
     df.add_argument("--max-keys", type=int, default=5, metavar="N",
                     help="keys listed per kind of difference (default 5)")
+    df.add_argument("--cut", metavar="NAME",
+                    help="compare the tables as consistent cut NAME tagged them (possible while "
+                         "the cut is the source's latest state)")
+
+    cu = sub.add_parser(
+        "cuts",
+        help="list consistent cuts (every table tagged at one source position)",
+        description="List the consistent cuts: Iceberg tags (cut-YYYYMMDDTHHMMSSZ) on every "
+        "replicated table, all standing for one source position. Read one with Spark: "
+        "SELECT ... FROM t VERSION AS OF 'cut-...'.",
+    )
+    cu.add_argument("--config", type=Path, required=True, help="YAML config file")
+    cu.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return p
 
 
@@ -80,6 +98,8 @@ def _setup_logging(verbose: bool) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ScrubbingFilter())  # secrets never reach the log, whoever logs them
     for noisy in ("py4j", "pyiceberg", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -95,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             return _status(cfg, rows=args.rows)
         if args.command == "diff":
             return _diff(cfg, args)
+        if args.command == "cuts":
+            return _cuts(cfg, as_json=args.json)
     except ConfigError as exc:
-        print(f"replicator: {exc}", file=sys.stderr)
+        print(f"replicator: {scrub(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     except ReplicatorError as exc:
-        print(f"replicator: {exc}", file=sys.stderr)
+        print(f"replicator: {scrub(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("replicator: interrupted; committed batches are kept, the next run resumes", file=sys.stderr)
@@ -154,7 +176,7 @@ def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
 
     try:
         report = run_diff(cfg, tables=args.table, wait_seconds=args.wait,
-                          chunk_rows=args.chunk_rows, max_keys=args.max_keys)
+                          chunk_rows=args.chunk_rows, max_keys=args.max_keys, cut=args.cut)
     except (Exception, KeyboardInterrupt) as exc:
         if isinstance(exc, DiffError):
             message = str(exc)
@@ -163,12 +185,37 @@ def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
         else:  # unexpected: the traceback goes to the debug log (-v)
             logging.getLogger(__name__).debug("diff failed", exc_info=True)
             message = f"the diff failed: {type(exc).__name__}: {exc}"
+        message = scrub(message)
         if args.json:
             print(error_json(message))
         print(f"replicator diff: {message}", file=sys.stderr)
         return EXIT_CANNOT_DIFF
     print(to_json(report) if args.json else to_text(report))
     return report.exit_code
+
+
+def _cuts(cfg, *, as_json: bool) -> int:  # type: ignore[no-untyped-def]
+    import orjson
+
+    from replicator.iceberg.cuts import list_cuts, replicated_tables
+    from replicator.iceberg.tables import open_catalog
+
+    tables = replicated_tables(open_catalog(cfg.iceberg), cfg.iceberg.namespace)
+    cuts = list_cuts(tables)
+    if as_json:
+        print(orjson.dumps([
+            {"name": c.name, "complete": c.complete,
+             "position": str(c.position) if c.position else None, "tables": c.tables}
+            for c in cuts
+        ]).decode())  # fmt: skip
+        return EXIT_OK
+    if not cuts:
+        print(f"no cuts in namespace {cfg.iceberg.namespace}")
+        return EXIT_OK
+    for c in cuts:
+        state = "" if c.complete else "  (incomplete: removed at the next cut)"
+        print(f"{c.name}  {c.position or '-'}  {len(c.tables)} table(s){state}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ from typing import Any
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
-from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, committed_position
+from replicator.checkpoint import read_checkpoint
+from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY
+from spark.object_storage import configure_spark, file_io_properties
 
 
 @dataclass
@@ -34,7 +36,8 @@ def table_report(table: Table, spark: Any = None) -> TableReport:
             counts[content] += 1
             if content is DataFileContent.DATA:
                 records += task_file["record_count"]
-    pos = committed_position(table)
+    cp = read_checkpoint(table)
+    pos = cp.position if cp is not None else None
     rep = TableReport(
         identifier=".".join(table.name()),
         source_table=table.properties.get(SOURCE_TABLE_PROPERTY),
@@ -47,6 +50,7 @@ def table_report(table: Table, spark: Any = None) -> TableReport:
         metadata_location=table.metadata_location,
     )
     if spark is not None:
+        configure_spark(spark, table.metadata_location, file_io_properties(table.io.properties))
         rep.rows = spark.read.format("iceberg").load(table.metadata_location).count()
     return rep
 

@@ -27,6 +27,7 @@ class Op(StrEnum):
     READ = "r"  # a row from the initial snapshot
     UPDATE = "u"
     DELETE = "d"
+    TRUNCATE = "t"  # every row of the table is gone at this position (no images)
 
 
 @total_ordering

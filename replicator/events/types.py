@@ -33,6 +33,13 @@ PRIMITIVES = frozenset(
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 MAX_DECIMAL_PRECISION = 38
 
+# Unconstrained Postgres ``numeric`` (and Debezium's VariableScaleDecimal) holds up to 131072
+# digits before the point and 16383 after it, plus NaN and +-Infinity (PG 14+). No Iceberg
+# decimal holds that, and any fixed decimal(p,s) either rounds or rejects values a user can
+# store: such a column is the exact decimal text (as Postgres prints it, scale kept: "1.50",
+# "NaN", "-Infinity"), so no value is ever lost. See docs/types.md.
+UNCONSTRAINED_DECIMAL_TYPE = "string"
+
 
 def parse_decimal(type_: str) -> tuple[int, int] | None:
     m = _DECIMAL.match(type_)

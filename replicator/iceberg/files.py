@@ -36,6 +36,9 @@ from pyiceberg.table import Table, TableProperties
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, PrimitiveType, StringType
 
+from ops_mapping.contract import POSITION_DELETE_FILE_PATH_ID, POSITION_DELETE_POS_ID
+from replicator.retry import call_with_retries
+
 __all__ = [
     "POSITION_DELETE_FILE_PATH_ID",
     "POSITION_DELETE_POS_ID",
@@ -48,9 +51,6 @@ __all__ = [
     "position_delete_file_from_parquet",
 ]
 
-# Reserved field ids of the position-delete file schema (Iceberg spec, "Position Delete Files").
-POSITION_DELETE_FILE_PATH_ID = 2147483546
-POSITION_DELETE_POS_ID = 2147483545
 
 POSITION_DELETE_SCHEMA = Schema(
     NestedField(POSITION_DELETE_FILE_PATH_ID, "file_path", StringType(), required=True),
@@ -178,8 +178,12 @@ def _describe(
         )
 
     input_file = table.io.new_input(path)
-    with input_file.open() as stream:
-        parquet_metadata = pq.read_metadata(stream)
+
+    def read_footer() -> pq.FileMetaData:
+        with input_file.open() as stream:
+            return pq.read_metadata(stream)
+
+    parquet_metadata = call_with_retries(read_footer, what=f"reading the footer of {path}")
 
     file_schema = _file_schema(parquet_metadata, path, metadata.format_version)
     file_ids = file_schema.field_ids

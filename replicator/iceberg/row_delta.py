@@ -38,11 +38,11 @@ pyiceberg 0.12 internals this module depends on (re-check them when upgrading py
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Final
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -63,11 +63,13 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
+from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
-from replicator.errors import CommitConflictError
+from replicator.errors import CommitConflictError, CommitStateUnknownError
+from replicator.retry import call_with_retries
 
 __all__ = ["UNSET", "commit_row_delta"]
 
@@ -107,6 +109,7 @@ def commit_row_delta(
     snapshot_properties: Mapping[str, str],
     expected_parent_snapshot_id: int | None | _Unset = UNSET,
     branch: str = MAIN_BRANCH,
+    table_properties: Callable[[int], Mapping[str, str]] | None = None,
 ) -> Snapshot:
     """Commit new data files and delete files as ONE snapshot on ``branch``.
 
@@ -119,6 +122,8 @@ def commit_row_delta(
         expected_parent_snapshot_id: the branch head the caller's work is based on (``None``: the
             branch has no snapshot yet). Defaults to the head of ``table``'s loaded metadata.
         branch: the branch to commit to.
+        table_properties: table properties to set in the SAME catalog commit, given the new
+            snapshot's id (the engine's checkpoint, see ``replicator.checkpoint.table``).
 
     Returns:
         The new snapshot. Its operation is ``append`` (data only, or nothing at all: an empty
@@ -152,10 +157,17 @@ def commit_row_delta(
     try:
         # Writes both manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
         # the AssertRefSnapshotId(head_id) requirement the catalog checks atomically.
-        updates, requirements = producer._commit()
+        # Manifests go to storage under fresh names on every call: safe to retry.
+        updates, requirements = call_with_retries(
+            producer._commit, what=f"{table_name}: writing manifests"
+        )
     except BaseException:
         producer._clean_all_uncommitted()
         raise
+    if table_properties is not None:
+        props = dict(table_properties(producer.snapshot_id))
+        _check_properties(props)
+        updates = (*updates, SetPropertiesUpdate(updates=props))
 
     try:
         transaction._apply(updates, requirements)  # stage only (no autocommit)
@@ -169,6 +181,12 @@ def commit_row_delta(
             table=table_name,
             hint="another writer committed first; reload the table and decide whether this "
             "batch still applies",
+        ) from exc
+    except CommitStateUnknownException as exc:
+        # The files may be referenced now: never delete them here.
+        raise CommitStateUnknownError(
+            f"the catalog's answer to the commit on branch {branch!r} was lost: {exc}",
+            table=table_name,
         ) from exc
 
     snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)

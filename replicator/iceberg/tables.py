@@ -1,19 +1,17 @@
-"""Iceberg tables for source tables: catalog access, creation, schema evolution, checkpoints.
+"""Iceberg tables for source tables: catalog access, creation and schema evolution.
 
-The engine's checkpoint lives in the table itself: every snapshot the engine commits carries
-``replicator.position`` (the source position of the batch's last event) in its summary, so
-the position can never disagree with the data.
+The engine's checkpoint also lives in the table (``replicator.checkpoint``), committed with
+the data it describes; reading and writing it is ``replicator.checkpoint``'s job.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import (
@@ -34,16 +32,12 @@ from pyiceberg.types import (
 
 from replicator.config import IcebergConfig
 from replicator.errors import ConfigError, SchemaChangeError
-from replicator.events.model import SourcePosition, TableSchema
+from replicator.events.model import TableSchema
 from replicator.events.types import can_promote, parse_decimal
-from replicator.pipeline.crashpoints import crash_point
+from replicator.iceberg.catalog import open_catalog  # noqa: F401  (re-exported: callers import it from here)
 
 log = logging.getLogger(__name__)
 
-POSITION_PROPERTY = "replicator.position"
-WRITER_PROPERTY = "replicator.writer-id"
-FENCING_PROPERTY = "replicator.fencing-token"
-UPSERT_UNTIL_PROPERTY = "replicator.upsert-until"
 SOURCE_TABLE_PROPERTY = "replicator.source-table"
 
 TABLE_PROPERTIES = {
@@ -88,13 +82,6 @@ def engine_type(t: IcebergType) -> str:
     raise ValueError(f"Iceberg type {t} is not one the engine writes")
 
 
-def open_catalog(cfg: IcebergConfig) -> Catalog:
-    catalog = SqlCatalog(cfg.catalog_name, uri=cfg.catalog_uri, warehouse=cfg.warehouse)
-    with contextlib.suppress(NamespaceAlreadyExistsError):
-        catalog.create_namespace(cfg.namespace)
-    return catalog
-
-
 def iceberg_table_name(cfg: IcebergConfig, source_table: str) -> str:
     """``<namespace>.<table>`` where ``<table>`` is the source table's last name component
     (``public.orders`` -> ``cdc.orders``), unless ``iceberg.table_names`` maps it."""
@@ -113,34 +100,6 @@ class TableState:
         return ".".join(self.table.name())
 
 
-def committed_position(table: Table) -> SourcePosition | None:
-    """The source position recorded by the table's current snapshot, if any."""
-    snap = table.current_snapshot()
-    while snap is not None:
-        props = snap.summary.additional_properties if snap.summary else {}
-        if POSITION_PROPERTY in props:
-            return SourcePosition.from_json(props[POSITION_PROPERTY])
-        # A snapshot by another tool (compaction, expiry) keeps the position of its parent.
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-    return None
-
-
-def recorded_upsert_until(table: Table) -> SourcePosition | None:
-    """The overlap bound the last commit was made under (see ChangeSource.upsert_until)."""
-    snap = table.current_snapshot()
-    if snap is None or snap.summary is None:
-        return None
-    raw = snap.summary.additional_properties.get(UPSERT_UNTIL_PROPERTY)
-    return SourcePosition.from_json(raw) if raw else None
-
-
-def committed_writer(table: Table) -> str | None:
-    snap = table.current_snapshot()
-    if snap is None or snap.summary is None:
-        return None
-    return snap.summary.additional_properties.get(WRITER_PROPERTY)
-
-
 def _find_field(schema: Schema, name: str) -> NestedField | None:
     try:
         return schema.find_field(name, case_sensitive=True)
@@ -151,9 +110,13 @@ def _find_field(schema: Schema, name: str) -> NestedField | None:
 class TableManager:
     """Finds, creates and evolves the Iceberg table of each source table."""
 
-    def __init__(self, catalog: Catalog, cfg: IcebergConfig) -> None:
+    def __init__(
+        self, catalog: Catalog, cfg: IcebergConfig, *, crash: Callable[[str], None] | None = None
+    ) -> None:
         self.catalog = catalog
         self.cfg = cfg
+        # Crash-test hook, injected by the pipeline (called as "schema-evolved").
+        self._crash = crash or (lambda _point: None)
         self._tables: dict[str, TableState] = {}
         self._owners: dict[str, str] = {}  # iceberg identifier -> source table
 
@@ -254,7 +217,7 @@ class TableManager:
             for name, _old, new in promotions:
                 update.update_column(name, field_type=iceberg_type(new))
         state.table = state.table.refresh()
-        crash_point("schema-evolved")
+        self._crash("schema-evolved")
         for name, type_ in adds:
             log.info("%s: added column %s %s", state.identifier, name, type_)
         for name, old, new in promotions:

@@ -1,29 +1,42 @@
-"""Apply one batch to Iceberg: per table, stage -> apply stage -> one row-delta snapshot.
+"""Apply one table's part of a batch: stage -> apply stage -> ONE row-delta snapshot.
 
-Commit protocol (see docs in README "Exactly once"): files are written under a name unique
-to the attempt, then ONE snapshot per table per batch is committed with the batch's end
-position in its summary, tables strictly in batch order, batches strictly in sequence.
-A crash before the commit leaves unreferenced files only; a crash after it is recognised on
-restart by the position in the summary, and the batch's events for that table are skipped.
+Commit protocol (README "Exactly once", docs/architecture.md): files are written under a name
+unique to the attempt, then ONE snapshot per table per batch is committed carrying the
+table's new ``Checkpoint`` (summary + table property, atomically), tables strictly in batch
+order, batches strictly in sequence. Each attempt starts from the table's checkpoint as the
+catalog has it NOW: events the table already holds are dropped (a crash after a commit, a
+commit whose response was lost, a retry after a conflict), so nothing is applied twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFile
 
-from ops_mapping import MappingPolicy
-from replicator.errors import CommitConflictError, FencedError, TerminalError
+from replicator.checkpoint import (
+    BatchPlan,
+    Checkpoint,
+    checkpoint_commit_properties,
+    read_checkpoint,
+)
+from replicator.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    FencedError,
+    SchemaChangeError,
+    TerminalError,
+)
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, SourcePosition, TableSchema
 from replicator.iceberg.files import (
@@ -34,26 +47,24 @@ from replicator.iceberg.files import (
     position_delete_file_from_parquet,
 )
 from replicator.iceberg.row_delta import commit_row_delta
-from replicator.iceberg.tables import (
-    FENCING_PROPERTY,
-    POSITION_PROPERTY,
-    UPSERT_UNTIL_PROPERTY,
-    WRITER_PROPERTY,
-    TableManager,
-    TableState,
-    committed_position,
-    committed_writer,
-    engine_type,
-)
+from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.staging import stage_events
-from spark.apply_stage import StageResult, StageSpec, apply_local, apply_with_spark
+from replicator.pipeline.staging import StagedBatch, stage_events
+from replicator.retry import call_with_retries
+from spark.apply_stage import (
+    StageResult,
+    StageSpec,
+    StageTask,
+    apply_batch_with_spark,
+    apply_local,
+)
 from spark.file_writer import (
     CONTENT_DATA,
     CONTENT_EQUALITY_DELETES,
     CONTENT_POSITION_DELETES,
     WriterSpec,
 )
+from spark.object_storage import file_io_properties
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +85,10 @@ class TableTotals:
     commit_seconds: float = 0.0
 
 
-@dataclass
-class ApplyContext:
+@dataclass(frozen=True)
+class ApplyEnv:
+    """What applying needs for the whole run (fixed at start)."""
+
     tables: TableManager
     dead_letters: DeadLetterSink
     staging_dir: Path
@@ -83,11 +96,38 @@ class ApplyContext:
     engine: str  # "spark" or "local"
     target_file_bytes: int
     spark: Any = None
-    upsert_reads: bool = True  # see ChangeSource.reads_may_repeat
-    upsert_creates: bool = False  # see ChangeSource.upsert_until
-    upsert_until: SourcePosition | None = None  # recorded in commits made inside the overlap
-    fencing_token: int | None = None
-    totals: dict[str, TableTotals] = field(default_factory=dict)
+    crash: Callable[[str], None] = crash_point
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What every table's commit of one batch records (fixed per batch)."""
+
+    end: SourcePosition
+    plan: BatchPlan
+    fencing_token: int | None
+    acknowledged: SourcePosition | None  # everything at or before it is durable everywhere
+    source_id: str | None = None
+
+    def checkpoint(self, writer_id: str) -> Checkpoint:
+        return Checkpoint(
+            position=self.end,
+            writer_id=writer_id,
+            fencing_token=self.fencing_token,
+            overlap_until=self.plan.overlap_until,
+            acknowledged=self.acknowledged,
+            source_id=self.source_id,
+        )
+
+
+@dataclass
+class _Written:
+    data: list[DataFile] = field(default_factory=list)
+    deletes: list[DataFile] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.file_path for f in [*self.data, *self.deletes]]
 
 
 def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
@@ -109,125 +149,287 @@ def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
     return TableSchema(table=last.table, columns=tuple(cols.values()), key_columns=last.key_columns)
 
 
-def apply_table(ctx: ApplyContext, events: Sequence[ChangeEvent], end: SourcePosition) -> TableTotals:
-    table_name = events[0].table
-    totals = ctx.totals.setdefault(table_name, TableTotals())
-    state = ctx.tables.ensure(merged_schema(events))
-    table = state.table
-    schema = table.schema()
-    columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
+@dataclass
+class BatchOutcome:
+    """Per table of a batch: its checkpoint after the batch, or why it was stopped."""
 
-    staged = stage_events(events, columns, state.key_columns, ctx.dead_letters)
-    totals.dead_letters += staged.dead_lettered
-    totals.events += staged.events
-
-    t0 = time.perf_counter()
-    result = _run_stage(ctx, state, staged.table) if staged.events else StageResult(files=[], stats={})
-    totals.stage_seconds += time.perf_counter() - t0
-
-    t1 = time.perf_counter()
-    key_ids = list(schema.identifier_field_ids)
-    data_files, delete_files = [], []
-    for f in result.files:
-        if f.content == CONTENT_DATA:
-            data_files.append(data_file_from_parquet(table, f.path, file_size=f.size))
-            totals.rows_written += f.records
-        elif f.content == CONTENT_POSITION_DELETES:
-            delete_files.append(position_delete_file_from_parquet(table, f.path))
-            totals.position_deletes += f.records
-        elif f.content == CONTENT_EQUALITY_DELETES:
-            delete_files.append(equality_delete_file_from_parquet(table, f.path, key_ids))
-            totals.equality_deletes += f.records
-    crash_point("files-written")
-    _commit(ctx, state, data_files, delete_files, end)
-    totals.commit_seconds += time.perf_counter() - t1
-    totals.data_files += len(data_files)
-    totals.delete_files += len(delete_files)
-    totals.snapshots += 1
-    return totals
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    stopped: dict[str, str] = field(default_factory=dict)
 
 
-def _run_stage(ctx: ApplyContext, state: TableState, staged: Any) -> StageResult:
-    table = state.table
-    schema = table.schema()
-    data_schema = schema_to_pyarrow(schema)
-    spec = StageSpec(
-        writer=WriterSpec(
-            data_location=f"{table.location().rstrip('/')}/data",
-            batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}",
-            data_schema=data_schema,
-            equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
-            position_schema=position_delete_arrow_schema(),
-        ),
-        key_columns=state.key_columns,
-        data_columns=tuple(f.name for f in schema.fields),
-        policy=MappingPolicy(
-            target_file_bytes=ctx.target_file_bytes,
-            upsert_reads=ctx.upsert_reads,
-            upsert_creates=ctx.upsert_creates,
-        ),
-    )
-    if ctx.engine == "local":
-        return apply_local(staged, spec)
-    stage_dir = ctx.staging_dir / spec.writer.batch_id
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    path = stage_dir / "events.parquet"
-    pq.write_table(staged, path, compression="lz4")
-    try:
-        return apply_with_spark(ctx.spark, str(path), spec)
-    finally:
-        shutil.rmtree(stage_dir, ignore_errors=True)
+@dataclass
+class _TablePart:
+    """One table's part of a batch on its way to a commit."""
+
+    state: TableState
+    events: Sequence[ChangeEvent]
+    totals: TableTotals
+    current: Checkpoint | None = None  # the table's checkpoint the files were built against
+    parent_id: int | None = None
+    staged: StagedBatch | None = None
+    written: _Written | None = None
+    done: Checkpoint | None = None  # set when the table already holds every event
+    counted: bool = False
 
 
-def _check_fence(ctx: ApplyContext, state: TableState, parent: Any) -> None:
-    """A newer owner of the source (higher token) has committed: this engine is a zombie."""
-    if ctx.fencing_token is None or parent is None or parent.summary is None:
-        return
-    theirs = parent.summary.additional_properties.get(FENCING_PROPERTY)
-    if theirs is not None and int(theirs) > ctx.fencing_token:
-        raise FencedError(
-            f"a newer engine (fencing token {theirs} > ours {ctx.fencing_token}) owns this table",
-            table=state.source_table,
-            hint="stop this engine; the other one is replicating",
-        )
+def apply_batch(
+    env: ApplyEnv,
+    events: Mapping[str, Sequence[ChangeEvent]],
+    batch: BatchCommit,
+    totals: Callable[[str], TableTotals],
+) -> BatchOutcome:
+    """Make one batch durable: every table's files in ONE Spark job, then one commit per
+    table, in the order of ``events``. A table with a change it cannot apply is stopped
+    (``BatchOutcome.stopped``); the others go on."""
+    outcome = BatchOutcome()
+    parts: dict[str, _TablePart] = {}
+    mine = batch.checkpoint(env.writer_id)
+    for table, table_events in events.items():
+        try:
+            state = env.tables.ensure(merged_schema(table_events))
+        except SchemaChangeError as exc:
+            outcome.stopped[table] = str(exc)
+            continue
+        part = parts[table] = _TablePart(state, table_events, totals(table))
+        _prepare(env, part, mine, attempt=1)
+    _write(env, [p for p in parts.values() if p.done is None], batch)
+    for table, part in parts.items():
+        outcome.checkpoints[table] = _commit(env, part, batch, mine)
+    return outcome
 
 
-def _commit(
-    ctx: ApplyContext, state: TableState, data_files: list, delete_files: list, end: SourcePosition
+def apply_table(
+    env: ApplyEnv, totals: TableTotals, events: Sequence[ChangeEvent], batch: BatchCommit
+) -> Checkpoint:
+    """One table's part of a batch on its own (``apply_batch`` with one table)."""
+    table = events[0].table
+    outcome = apply_batch(env, {table: events}, batch, lambda _t: totals)
+    if table in outcome.stopped:
+        raise SchemaChangeError(outcome.stopped[table], table=table)
+    return outcome.checkpoints[table]
+
+
+def _prepare(
+    env: ApplyEnv, part: _TablePart, mine: Checkpoint, *, attempt: int, basis: Checkpoint | None = None
 ) -> None:
-    props = {POSITION_PROPERTY: end.to_json(), WRITER_PROPERTY: ctx.writer_id}
-    if ctx.fencing_token is not None:
-        props[FENCING_PROPERTY] = str(ctx.fencing_token)
-    if ctx.upsert_until is not None:
-        props[UPSERT_UNTIL_PROPERTY] = ctx.upsert_until.to_json()
+    """Read where the table stands and keep only the events it lacks."""
+    table = part.state.table
+    parent = table.current_snapshot()
+    current = read_checkpoint(table)
+    _check_fence(part.state, current, basis, mine, attempt)
+    part.current, part.parent_id = current, parent.snapshot_id if parent else None
+    part.written = part.staged = part.done = None
+    pending = _not_yet_in(current, part.events)
+    if not pending:
+        part.done = current if current is not None else mine
+        return
+    part.staged = _stage(env, part, pending)
+
+
+def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
+    schema = part.state.table.schema()
+    columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
+    t0 = time.perf_counter()
+    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters)
+    if not part.counted:
+        part.totals.dead_letters += staged.dead_lettered
+        part.totals.events += staged.events
+        part.counted = True
+    part.totals.stage_seconds += time.perf_counter() - t0
+    return staged
+
+
+def _commit(env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoint) -> Checkpoint:
+    """The commit loop of one table (see the module docstring)."""
+    state = part.state
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
-        table: Table = state.table
-        parent = table.current_snapshot()
-        _check_fence(ctx, state, parent)
+        if part.done is not None:
+            if attempt > 1:
+                log.info("%s: batch ending at %s is already in the table", state.identifier, batch.end)
+            return part.done
+        assert part.written is not None
+        env.crash("files-written")
+        summary, properties = checkpoint_commit_properties(mine)
+        table = state.table
+        t0 = time.perf_counter()
         try:
             commit_row_delta(
                 table,
-                data_files=data_files,
-                delete_files=delete_files,
-                snapshot_properties=props,
-                expected_parent_snapshot_id=parent.snapshot_id if parent else None,
+                data_files=part.written.data,
+                delete_files=part.written.deletes,
+                snapshot_properties=summary,
+                table_properties=properties,
+                expected_parent_snapshot_id=part.parent_id,
             )
-            state.table = table.refresh()
-            return
         except CommitConflictError:
+            # Someone committed first. Our files stay valid only if the table's checkpoint
+            # did not move (e.g. a maintenance commit): then they are committed again on the
+            # new head; otherwise the table's part is rebuilt from the new checkpoint.
+            log.warning("%s: commit conflict (attempt %d), re-reading the table", state.identifier, attempt)
             state.table = table.refresh()
-            done = committed_position(state.table)
-            writer = committed_writer(state.table)
-            if writer is not None and writer != ctx.writer_id:
-                raise FencedError(
-                    f"another writer ({writer}) committed to this table; stopping instead of writing duplicates",
-                    table=state.source_table,
-                    position=end,
-                ) from None
-            if done is not None and done.source == end.source and done >= end:
-                log.info("%s: batch ending at %s was already committed", state.identifier, end)
-                return
-            log.warning("%s: commit conflict (attempt %d), retrying", state.identifier, attempt)
-    raise CommitConflictError(
-        f"commit still conflicting after {MAX_COMMIT_ATTEMPTS} attempts", table=state.source_table, position=end
+            _retry(env, part, batch, mine, attempt + 1, discard=True)
+            continue
+        except CommitStateUnknownError as exc:
+            # The catalog may or may not have taken it: the checkpoint says which.
+            log.warning("%s: commit outcome unknown (%s), re-reading the table", state.identifier, exc)
+            state.table = table.refresh()
+            if read_checkpoint(state.table) == mine:
+                break
+            # The files may be referenced after all: leave them to orphan cleanup.
+            _retry(env, part, batch, mine, attempt + 1, discard=False)
+            continue
+        finally:
+            part.totals.commit_seconds += time.perf_counter() - t0
+        state.table = table.refresh()
+        break
+    else:
+        if part.written is not None:
+            _discard(state, part.written)
+        raise CommitConflictError(
+            f"commit still conflicting after {MAX_COMMIT_ATTEMPTS} attempts",
+            table=state.source_table, position=batch.end,
+        )  # fmt: skip
+    if part.written is not None:
+        part.totals.data_files += len(part.written.data)
+        part.totals.delete_files += len(part.written.deletes)
+    part.totals.snapshots += 1
+    return mine
+
+
+def _retry(
+    env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoint, attempt: int, *, discard: bool
+) -> None:
+    basis, written = part.current, part.written
+    table = part.state.table
+    current = read_checkpoint(table)
+    if discard and current == basis and written is not None:
+        # Only the head moved (not the checkpoint): same files, on the new head.
+        _check_fence(part.state, current, basis, mine, attempt)
+        parent = table.current_snapshot()
+        part.parent_id = parent.snapshot_id if parent else None
+        return
+    if discard and written is not None:
+        _discard(part.state, written)
+    _prepare(env, part, mine, attempt=attempt, basis=basis)
+    if part.done is None:
+        _write(env, [part], batch)
+
+
+def _not_yet_in(current: Checkpoint | None, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
+    """The events the table does not hold yet (events are in position order)."""
+    if current is None or current.position.source != events[0].position.source:
+        return events
+    done = current.position
+    if events[0].position > done:
+        return events
+    return [e for e in events if e.position > done]
+
+
+def _check_fence(
+    state: TableState, current: Checkpoint | None, basis: Checkpoint | None, mine: Checkpoint, attempt: int
+) -> None:
+    """Refuse to write under a newer owner of the source (a higher fencing token), or when
+    another engine committed to the table while this one was working on it."""
+    if current is None or current.writer_id == mine.writer_id:
+        return
+    theirs, ours = current.fencing_token, mine.fencing_token
+    if theirs is not None and ours is not None:
+        if theirs > ours:
+            raise FencedError(
+                f"a newer engine (fencing token {theirs} > ours {ours}) owns this table",
+                table=state.source_table,
+                hint="stop this engine; the other one is replicating",
+            )
+        return  # an older owner's commits are a prefix of the same log: build on them
+    if attempt > 1 and current != basis:
+        raise FencedError(
+            f"another writer ({current.writer_id}) committed to this table; stopping instead "
+            "of writing duplicates",
+            table=state.source_table,
+            position=mine.position,
+        )
+
+
+def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> None:
+    """Write every part's files: ONE Spark job for all of them."""
+    todo = [p for p in parts if p.staged is not None and p.staged.events]
+    for p in parts:
+        if p.staged is not None and not p.staged.events:
+            p.written = _Written()  # everything dead-lettered: commit the position alone
+    if not todo:
+        return
+    t0 = time.perf_counter()
+
+    def run_stage() -> list[StageResult]:
+        # Each attempt gets new batch ids (new file names): a transient storage error in the
+        # writers reruns the stage; a failed attempt's files are never committed.
+        stage_dir = env.staging_dir / f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
+        tasks: list[StageTask] = []
+        try:
+            for i, p in enumerate(todo):
+                assert p.staged is not None
+                spec = _stage_spec(p.state, batch.plan)
+                if env.engine == "local":
+                    path = ""
+                else:
+                    stage_dir.mkdir(parents=True, exist_ok=True)
+                    path = str(stage_dir / f"{i:05d}.parquet")
+                    pq.write_table(p.staged.table, path, compression="lz4")
+                tasks.append(StageTask(staged_path=path, spec=spec))
+            if env.engine == "local":
+                return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
+            return apply_batch_with_spark(env.spark, tasks)
+        finally:
+            shutil.rmtree(stage_dir, ignore_errors=True)
+
+    results = call_with_retries(run_stage, what="apply stage")
+    seconds = (time.perf_counter() - t0) / len(todo)
+    for p, result in zip(todo, results, strict=True):
+        p.totals.stage_seconds += seconds
+        p.written = _describe(p, result)
+        p.staged = None  # the events live on in the files; free the Arrow copy
+
+
+def _describe(part: _TablePart, result: StageResult) -> _Written:
+    """Iceberg DataFiles for the files the stage wrote (footers only)."""
+    table = part.state.table
+    key_ids = list(table.schema().identifier_field_ids)
+    out = _Written()
+    totals = part.totals
+    for f in result.files:
+        if f.content == CONTENT_DATA:
+            out.data.append(data_file_from_parquet(table, f.path, file_size=f.size))
+            totals.rows_written += f.records
+        elif f.content == CONTENT_POSITION_DELETES:
+            out.deletes.append(position_delete_file_from_parquet(table, f.path))
+            totals.position_deletes += f.records
+        elif f.content == CONTENT_EQUALITY_DELETES:
+            out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids))
+            totals.equality_deletes += f.records
+    return out
+
+
+def _discard(state: TableState, written: _Written) -> None:
+    """Delete files of an attempt the catalog did not take (never referenced)."""
+    io = state.table.io
+    for path in written.paths:
+        with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
+            io.delete(path)
+
+
+def _stage_spec(state: TableState, plan: BatchPlan) -> StageSpec:
+    table = state.table
+    schema = table.schema()
+    return StageSpec(
+        writer=WriterSpec(
+            data_location=f"{table.location().rstrip('/')}/data",
+            batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}",
+            data_schema=schema_to_pyarrow(schema),
+            equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
+            position_schema=position_delete_arrow_schema(),
+            io_properties=file_io_properties(table.io.properties),
+        ),
+        key_columns=state.key_columns,
+        data_columns=tuple(f.name for f in schema.fields),
+        policy=plan.policy,
     )

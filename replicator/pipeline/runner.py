@@ -8,26 +8,24 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
 from replicator.config import RunConfig, redact_dsn
-from replicator.errors import ReplicatorError, SchemaChangeError, TerminalError
+from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeBatch, SourcePosition
-from replicator.iceberg.tables import (
-    SOURCE_TABLE_PROPERTY,
-    TableManager,
-    committed_position,
-    open_catalog,
-    recorded_upsert_until,
-)
-from replicator.pipeline.apply import ApplyContext, TableTotals, apply_table
+from replicator.events.model import ChangeBatch, Op, SourcePosition
+from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, TableManager, open_catalog
+from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.crashpoints import crash_point
+from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.sources.base import ChangeSource
 
 log = logging.getLogger(__name__)
@@ -57,7 +55,8 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
 
         assert src.path is not None
         return DebeziumFileSource(
-            src.path, dead_letters=dead_letters, tables=src.tables, primary_keys=src.primary_keys
+            src.path, dead_letters=dead_letters, tables=src.tables, primary_keys=src.primary_keys,
+            state_dir=cfg.state_dir, exactly_once=src.delivery == "exactly-once",
         )
     if src.type == "postgres":
         from replicator.sources.postgres.source import PostgresSource
@@ -76,6 +75,11 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
             state_dir=cfg.state_dir,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
+
+
+def default_writer_id() -> str:
+    """Unique per process: two engines on one host (or one pod name) never share it."""
+    return f"replicator@{socket.gethostname()}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 @contextmanager
@@ -114,148 +118,218 @@ class Replicator:
         self.cfg = cfg
         self.dead_letters = DeadLetterSink(cfg.dead_letter_path)
         self.catalog = open_catalog(cfg.iceberg)
-        self.tables = TableManager(self.catalog, cfg.iceberg)
+        self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
         self.source = source or build_source(cfg, self.dead_letters)
         if engine == "spark" and spark is None:
             from spark.session import get_spark
 
             spark = get_spark()
-        self.ctx = ApplyContext(
+        self.env = ApplyEnv(
             tables=self.tables,
             dead_letters=self.dead_letters,
             staging_dir=cfg.state_dir / "staging",
-            writer_id=cfg.writer_id or f"replicator@{socket.gethostname()}",
+            writer_id=cfg.writer_id or default_writer_id(),
             engine=engine,
             target_file_bytes=cfg.iceberg.target_file_bytes,
             spark=spark,
         )
-        self.committed: dict[str, SourcePosition] = {}
-        # Overlap bounds recorded by earlier runs: a fresh snapshot committed before a crash
-        # still overlaps the stream the next run replays.
-        self.recorded_until: list[SourcePosition] = []
-        self.summary = RunSummary(tables=self.ctx.totals)
+        # Where every table stands (read from the tables at start, advanced by each commit),
+        # and how far the source has been told it may forget.
+        self.checkpoints = Checkpoints()
+        self.acknowledged: SourcePosition | None = None
+        self.summary = RunSummary()
+        self._reader: SourceReader | None = None
+        self.cuts = CutKeeper(
+            self.catalog, cfg.iceberg.namespace, every_seconds=cfg.iceberg.cut_every_seconds,
+            keep=cfg.iceberg.cuts_keep,
+        )  # fmt: skip
+        self._snapshot_in_progress = False  # as the source said after the last events read
+        # Called (run loop thread) when the source is idle and everything read is committed.
+        self.on_idle: Callable[[], None] | None = None
+        self._idle_streak = 0
+        self._idle_hook_done = 0.0
 
-    def _load_committed(self) -> None:
+    def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace
+        found = {}
         for ident in self.catalog.list_tables(ns):
             table = self.catalog.load_table(ident)
             source_table = table.properties.get(SOURCE_TABLE_PROPERTY)
             if source_table is None:
                 continue
-            pos = committed_position(table)
-            if pos is not None:
-                self.committed[source_table] = pos
-            until = recorded_upsert_until(table)
-            if until is not None:
-                self.recorded_until.append(until)
-        if self.committed:
-            for t, p in sorted(self.committed.items()):
-                log.info("resuming %s after %s", t, p)
+            cp = read_checkpoint(table)
+            if cp is not None:
+                found[source_table] = cp
+        self.checkpoints = Checkpoints(found)
+        self.acknowledged = self.checkpoints.acknowledged
+        for t, cp in sorted(found.items()):
+            log.info("resuming %s after %s", t, cp.position)
 
     def run(self, *, until_idle: bool = False, max_batches: int | None = None) -> RunSummary:
         start = time.monotonic()
         where = self.cfg.source.path or redact_dsn(self.cfg.source.dsn or "")
-        log.info("source %s %s -> catalog %s, warehouse %s", self.cfg.source.type, where,
-                 redact_dsn(self.cfg.iceberg.catalog_uri), self.cfg.iceberg.warehouse)
+        log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
         with state_lock(self.cfg.state_dir):
-            self._load_committed()
-            self.source.start(dict(self.committed))
+            self._load_checkpoints()
+            self.source.start(self.checkpoints)
             try:
-                self._loop(until_idle=until_idle, max_batches=max_batches)
+                idle = self._loop(until_idle=until_idle, max_batches=max_batches)
+                if idle:
+                    # Everything read is committed: the run ends with a cut at that position.
+                    self.cuts.cut(self._holds(), consistent=self._consistent())
             finally:
                 self.source.close()
         self.summary.dead_letters = self.dead_letters.total
         self.summary.seconds = time.monotonic() - start
         return self.summary
 
-    def _loop(self, *, until_idle: bool, max_batches: int | None) -> None:
+    def _consistent(self) -> bool:
+        """Every table holds the source's state at one position (none stopped or behind)."""
+        return not self.summary.stopped and not self._snapshot_in_progress
+
+    def _holds(self) -> SourcePosition | None:
+        """The position every table holds now (after the last fully committed batch)."""
+        if self.summary.last_position is not None:
+            return self.summary.last_position
+        positions = list(self.checkpoints.positions().values())
+        return max(positions) if positions and len({p.source for p in positions}) == 1 else None
+
+    def _loop(self, *, until_idle: bool, max_batches: int | None) -> bool:
+        """Run until done; True when it ended because the source was idle (--until-idle)."""
         batcher = Batcher(self.cfg.batch)
-        while True:
-            try:
-                got, done = self._consume_poll(batcher, max_batches)
-            except ReplicatorError:
+        reader = self._reader = SourceReader(
+            self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
+            keepalive_seconds=self.source.keepalive_seconds,
+        )  # fmt: skip
+        reader.start()
+        try:
+            while True:
+                done = self._consume(reader, batcher, until_idle, max_batches)
+                if done:
+                    return done == "idle"
+        finally:
+            reader.stop()  # the last acknowledgement reaches the source
+            self._reader = None
+
+    def _consume(
+        self, reader: SourceReader, batcher: Batcher, until_idle: bool, max_batches: int | None
+    ) -> str | None:
+        """Apply what the reader handed over; "idle" or "enough" when the run is done."""
+        for item in reader.items(timeout=IDLE_SLEEP_SECONDS):
+            if isinstance(item, Failed):
                 # The source stopped (e.g. at a RENAME): commit the complete transactions
                 # read before the stopping statement, or every restart replays and loses them.
                 batch = batcher.flush()
                 if batch is not None:
                     self._apply(batch)
-                raise
-            if done:
-                return
-            # Close a partial batch only when the source has gone quiet or the batch has
-            # lingered: closing after every poll made batches as small as one poll (10k
-            # events) and paid Spark's fixed per-job cost far too often (benchmarks/results).
-            batch = batcher.flush() if got == 0 or batcher.lingered else None
-            if batch is not None:
-                self._apply(batch)
-                if max_batches is not None and self.summary.batches >= max_batches:
-                    return
-            if got == 0 and batcher.pending == 0:
-                if until_idle:
-                    log.info("source is idle; everything read is committed")
-                    return
-                time.sleep(IDLE_SLEEP_SECONDS)
+                raise item.error
+            if isinstance(item, Idle):
+                # The source has gone quiet: commit what is complete.
+                batch = batcher.flush()
+                if batch is not None:
+                    self._apply(batch)
+                    if self._enough(max_batches):
+                        return "enough"
+                if batcher.pending == 0:
+                    if until_idle:
+                        log.info("source is idle; everything read is committed")
+                        return "idle"
+                    self._idle(item)
+                continue
+            self._snapshot_in_progress = item.snapshot_in_progress
+            self._idle_streak = 0
+            for ev in item.events:
+                self.summary.events_seen += 1
+                if self.checkpoints.covers(ev.table, ev.position):
+                    self.summary.events_skipped += 1
+                    continue
+                if ev.table in self.summary.stopped:
+                    self.summary.events_held += 1
+                    continue
+                batch = batcher.add(ev)
+                if batch is not None:
+                    self._apply(batch)
+                    if self._enough(max_batches):
+                        return "enough"
+            if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
+                return "enough"
+        # Close a partial batch that has lingered (bounds commit-to-visible lag under steady
+        # load) without closing one after every chunk (Spark's fixed cost per job).
+        if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
+            return "enough"
+        return None
 
-    def _consume_poll(self, batcher: Batcher, max_batches: int | None) -> tuple[int, bool]:
-        """Feed one poll into the batcher, applying batches as they close. Returns (events
-        polled, whether max_batches was reached)."""
-        got = 0
-        for ev in self.source.poll():
-            got += 1
-            self.summary.events_seen += 1
-            done = self.committed.get(ev.table)
-            if done is not None and done.source == ev.position.source and ev.position <= done:
-                self.summary.events_skipped += 1
-                continue
-            if ev.table in self.summary.stopped:
-                self.summary.events_held += 1
-                continue
-            batch = batcher.add(ev)
-            if batch is not None:
-                self._apply(batch)
-                if max_batches is not None and self.summary.batches >= max_batches:
-                    return got, True
-        return got, False
+    def _flush(self, batcher: Batcher) -> bool:
+        """Commit the pending batch if it ends at a transaction boundary."""
+        batch = batcher.flush()
+        if batch is None:
+            return False
+        self._apply(batch)
+        return True
+
+    def _idle(self, item: Idle) -> None:
+        """Tell ``on_idle`` once two polls that began after its last call found nothing (a
+        change committed just before a poll may not be visible to it yet)."""
+        if self.on_idle is None or item.started <= self._idle_hook_done:
+            return
+        self._idle_streak += 1
+        if self._idle_streak >= 2:
+            self._idle_streak = 0
+            try:
+                self.on_idle()
+            finally:
+                self._idle_hook_done = time.monotonic()
+
+    def _enough(self, max_batches: int | None) -> bool:
+        return max_batches is not None and self.summary.batches >= max_batches
 
     def _ack_position(self, end: SourcePosition) -> SourcePosition | None:
         """How far the source may forget: not past anything a stopped table still needs."""
         if not self.summary.stopped:
             return end
-        held = [self.committed.get(t) for t in self.summary.stopped]
+        held = [self.checkpoints.position(t) for t in self.summary.stopped]
         if any(p is None or p.source != end.source for p in held):
             return None
         return min([end, *[p for p in held if p is not None]])
 
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
-        self.ctx.upsert_reads = self.source.reads_may_repeat
         first = min(evs[0].position for evs in batch.events.values())
-        bounds = [p for p in [self.source.upsert_until, *self.recorded_until]
-                  if p is not None and p.source == first.source]
-        until = max(bounds) if bounds else None
-        self.ctx.upsert_creates = until is not None and first <= until
-        # Record the bound while a table's commits are still inside the overlap.
-        self.ctx.upsert_until = until if until is not None and batch.end_position <= until else None
-        self.ctx.fencing_token = self.source.fencing_token
-        for table in batch.tables:
-            if table in self.summary.stopped:
-                continue
-            try:
-                apply_table(self.ctx, batch.events[table], batch.end_position)
-            except SchemaChangeError as exc:
-                # Stop this table only; its committed data stays intact and its events are
-                # held (never acknowledged) until someone fixes it and restarts.
-                self.summary.stopped[table] = str(exc)
-                log.error("stopping table %s: %s", table, exc)
-                continue
-            self.committed[table] = batch.end_position
+        commit = BatchCommit(
+            end=batch.end_position,
+            plan=plan_batch(
+                first, batch.end_position, self.source.replay, self.checkpoints,
+                target_file_bytes=self.cfg.iceberg.target_file_bytes,
+            ),
+            fencing_token=self.source.fencing_token,
+            acknowledged=self.acknowledged,
+            source_id=self.source.source_id,
+        )  # fmt: skip
+        live = {t: evs for t, evs in batch.events.items() if t not in self.summary.stopped}
+        outcome = apply_batch(
+            self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals())
+        )
+        for table, cp in outcome.checkpoints.items():
+            self.checkpoints = self.checkpoints.with_checkpoint(table, cp)
+        for table, why in outcome.stopped.items():
+            # Stop this table only; its committed data stays intact and its events are
+            # held (never acknowledged) until someone fixes it and restarts.
+            self.summary.stopped[table] = why
+            log.error("stopping table %s: %s", table, why)
         crash_point("committed")
         # Only now is every table's part of the batch durable: tell the source.
         ack = self._ack_position(batch.end_position)
         if ack is not None:
-            self.source.acknowledge(ack)
-        if getattr(self.source, "snapshot_in_progress", False):
+            if self._reader is not None:
+                self._reader.acknowledge(ack)
+            else:
+                self.source.acknowledge(ack)
+            self.acknowledged = ack
+        if self._snapshot_in_progress:
             crash_point("snapshot-batch")
+        # Rows of an initial snapshot at the batch's end: some table may be half copied.
+        copying = any(evs[-1].op is Op.READ for evs in batch.events.values())
+        self.cuts.after_batch(batch.end_position, consistent=self._consistent() and not copying)
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
         log.info(

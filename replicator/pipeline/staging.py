@@ -14,17 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from ops_mapping.contract import OP_COLUMN as OP
+from ops_mapping.contract import SEQ_COLUMN as SEQ
+from ops_mapping.contract import before_key_column
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
-
-SEQ = "__rep_seq"
-OP = "__rep_op"
-BEFORE_KEY_PREFIX = "__rep_bk__"
-
-
-def before_key_column(key: str) -> str:
-    return BEFORE_KEY_PREFIX + key
 
 
 @dataclass(frozen=True)
@@ -41,8 +36,23 @@ def stage_events(
     dead_letters: DeadLetterSink,
 ) -> StagedBatch:
     """``columns`` are (name, engine type) of the Iceberg table, in table order."""
-    live = list(events)
+    live = []
     dropped = 0
+    for ev in events:
+        if ev.op is Op.TRUNCATE:
+            # Parsed (Debezium 't') but not applied yet: kept visible as a dead letter, as
+            # before, until the pipeline empties the table at its position (issue 10 item 14).
+            dead_letters.put(
+                DeadLetter(
+                    reason="TRUNCATE is not applied yet: the Iceberg table keeps its rows",
+                    table=ev.table,
+                    position=str(ev.position),
+                    raw=repr({"op": ev.op.value}),
+                )
+            )
+            dropped += 1
+        else:
+            live.append(ev)
     while True:
         # Fast path: build once. Only when a key is missing or a column does not convert is
         # the batch checked value by value to name (and dead-letter) the culprits.

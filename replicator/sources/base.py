@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
+from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
 
@@ -12,7 +13,7 @@ from replicator.events.model import ChangeEvent, SourcePosition
 class ChangeSource(ABC):
     """A change log reader.
 
-    Lifecycle: ``start(committed)`` once, then ``poll()`` repeatedly; ``acknowledge(pos)``
+    Lifecycle: ``start(checkpoints)`` once, then ``poll()`` repeatedly; ``acknowledge(pos)``
     after every position up to ``pos`` is committed to Iceberg for every table; ``close()``.
 
     Ordering contract: events come out in the order the source committed them; every event
@@ -21,27 +22,27 @@ class ChangeSource(ABC):
     """
 
     kind: str = "abstract"
-    #: True when a snapshot row ('r') may repeat a row already in Iceberg (a resumed or redone
-    #: snapshot): the pipeline then applies 'r' as an upsert (equality delete + insert). A
-    #: source that knows its snapshot is consistent with its stream sets it False, sparing an
-    #: equality delete per snapshot row.
-    reads_may_repeat: bool = True
-    #: Events at or before this position may repeat rows already in Iceberg (a fresh snapshot
-    #: overlapping the stream): the pipeline then applies every insert of such a batch, the
-    #: new key of a key change included, as an upsert.
-    upsert_until: SourcePosition | None = None
+    #: What this source may hand out again that a table already holds (see
+    #: ``replicator.checkpoint.replay``); sources replace it as they learn more in ``start``.
+    replay: ReplayWindow = ReplayWindow()
     #: A number that only grows with each new owner of the source (e.g. a Postgres xid taken
     #: when the slot lock was acquired). Commits carry it; a lower one is refused (fencing).
     fencing_token: int | None = None
+    #: Which source the positions belong to (server identity, database, slot), when known.
+    source_id: str | None = None
+    #: How often ``keepalive()`` must run while the pipeline is busy (well below the server's
+    #: timeout for an idle replication client).
+    keepalive_seconds: float = 5.0
 
     def __init__(self, dead_letters: DeadLetterSink) -> None:
         self.dead_letters = dead_letters
 
     @abstractmethod
-    def start(self, committed: Mapping[str, SourcePosition]) -> None:
-        """Prepare to read. ``committed`` maps source table name -> last position already in
-        Iceberg; the source may resume at or before the smallest of them (the pipeline skips
-        events at or before each table's own position)."""
+    def start(self, checkpoints: Checkpoints) -> None:
+        """Prepare to read. ``checkpoints`` says where each table stands; the source may
+        resume at or before the smallest committed position (the pipeline drops events a
+        table already holds: ``Checkpoints.covers``), or after ``checkpoints.acknowledged``,
+        up to which every table holds everything."""
 
     @abstractmethod
     def poll(self) -> Iterator[ChangeEvent]:
@@ -50,6 +51,10 @@ class ChangeSource(ABC):
 
     def acknowledge(self, position: SourcePosition) -> None:  # noqa: B027 - optional hook
         """Everything at or before ``position`` is durable in Iceberg."""
+
+    def keepalive(self) -> None:  # noqa: B027 - optional hook
+        """The pipeline is busy and not polling: keep the connection to the source alive
+        without acknowledging anything new."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -11,6 +11,19 @@ letter (once per file) instead. A final line without ``\\n`` is taken as complet
 valid JSON; otherwise it is assumed to be half-written and retried on the next poll, and
 dead-lettered only if the file has not changed since.
 
+Resume: after ``Checkpoints.acknowledged``, the position up to which every table held every
+event when some table last committed (a table that has committed nothing yet can still have
+events anywhere after it); per-table positions then drop what a table already holds.
+
+Replays: Debezium output travels through Kafka, which delivers at least once (a restarted
+consumer or connector hands out records again, in later files), so every insert is applied
+as an upsert (``ReplayWindow.all_changes``): a re-delivered create never makes a second row.
+Input known to hold each change once (``source.delivery: exactly-once``) spares the equality
+delete each upsert costs.
+
+Fencing: a token that grows with every start (microseconds since the epoch, and above the
+last one recorded in ``state_dir``), so a second engine writing the same tables is refused.
+
 Transactions: see ``replicator.events.debezium``; an event gets ``last_in_tx=True`` when the
 next kept event has another ``tx_id`` or when a poll reaches the end of the input (so a
 transaction still being appended when a poll ends is split there).
@@ -18,8 +31,10 @@ transaction still being appended when a poll ends is split there).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +42,7 @@ from typing import Any
 
 import orjson
 
+from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.errors import BadInputError, ConfigError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.debezium import DebeziumParser, DecodedChange, Filtered
@@ -53,6 +69,7 @@ class DebeziumFileSource(ChangeSource):
     """Reads Debezium JSON change records (see ``replicator.events.debezium``) from files."""
 
     kind = "debezium-json"
+    replay = ReplayWindow(snapshot_rows=True, all_changes=True)
 
     def __init__(
         self,
@@ -63,9 +80,14 @@ class DebeziumFileSource(ChangeSource):
         primary_keys: Mapping[str, Sequence[str]] | None = None,
         suffixes: Sequence[str] = (".jsonl",),
         default_table: str | None = None,
+        state_dir: Path | None = None,
+        exactly_once: bool = False,
     ) -> None:
         super().__init__(dead_letters)
+        if exactly_once:
+            self.replay = ReplayWindow(snapshot_rows=True, all_changes=False)
         self.path = Path(path)
+        self.fence_path = Path(state_dir) / "debezium-json.fence" if state_dir else None
         self.tables = None if tables is None else tuple(tables)
         self.suffixes = tuple(suffixes)
         self.stats = DebeziumFileStats()
@@ -88,24 +110,19 @@ class DebeziumFileSource(ChangeSource):
 
     # -- ChangeSource -------------------------------------------------------------------
 
-    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+    def start(self, checkpoints: Checkpoints) -> None:
         if not self.path.exists():
             raise ConfigError(f"debezium-json input {self.path} does not exist")
+        self.fencing_token = self._next_fencing_token()
         self._started = True
         self._cur_name, self._cur_offset, self._cur_line, self._skip_lines = None, 0, 0, 0
         self._newline_owed, self._stalled = False, None
         self._finished.clear()
         self._pending = None
-        resume = self._resume_position(committed)
+        resume = self._resume_position(checkpoints)
         if resume is None:
             return
         file_name, line = resume
-        if self.path.is_file() and file_name != self.path.name:
-            raise TerminalError(
-                f"the committed position is in file {file_name!r} but the input is the single "
-                f"file {self.path.name!r}",
-                hint="point source.path at the folder holding both, or restore the file name",
-            )
         log.info("resuming %s at %s line %d", self.path, file_name, line)
         for name, path in self._list_files():
             if name < file_name:
@@ -137,25 +154,41 @@ class DebeziumFileSource(ChangeSource):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _resume_position(self, committed: Mapping[str, SourcePosition]) -> tuple[str, int] | None:
-        if self.tables is not None and any(t not in committed for t in self.tables):
-            return None  # a wanted table has nothing committed yet: read from the beginning
-        relevant = [(t, p) for t, p in committed.items() if self.tables is None or t in self.tables]
-        parts: list[tuple[str, int]] = []
-        for table, pos in relevant:
-            p = pos.parts
-            if pos.source != POSITION_SOURCE or len(p) != 2:
+    def _resume_position(self, checkpoints: Checkpoints) -> tuple[str, int] | None:
+        for table, pos in checkpoints.positions().items():
+            if pos.source != POSITION_SOURCE or len(pos.parts) != 2:
                 raise TerminalError(
                     f"committed position {pos} is not a debezium-json file position",
                     table=table,
                     hint="the table was replicated from another source; use a new state "
                     "directory or Iceberg table",
                 )
-            name, line = p
-            if not isinstance(name, str) or not isinstance(line, int):
-                raise TerminalError(f"malformed file position {pos}", table=table)
-            parts.append((name, line))
-        return min(parts) if parts else None
+            if self.path.is_file() and pos.parts[0] != self.path.name:
+                raise TerminalError(
+                    f"the committed position is in file {pos.parts[0]!r} but the input is the "
+                    f"single file {self.path.name!r}",
+                    table=table,
+                    hint="point source.path at the folder holding both, or restore the file name",
+                )
+        acked = checkpoints.acknowledged
+        if acked is None:
+            return None  # read from the beginning; tables drop what they already hold
+        name, line = acked.parts
+        if not isinstance(name, str) or not isinstance(line, int):
+            raise TerminalError(f"malformed file position {acked}")
+        return name, line
+
+    def _next_fencing_token(self) -> int:
+        token = time.time_ns() // 1000
+        if self.fence_path is None:
+            return token
+        with contextlib.suppress(OSError, ValueError):
+            token = max(token, int(self.fence_path.read_text().strip() or 0) + 1)
+        self.fence_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.fence_path.with_suffix(".tmp")
+        tmp.write_text(f"{token}\n")
+        os.replace(tmp, self.fence_path)
+        return token
 
     def _list_files(self) -> list[tuple[str, Path]]:
         if self.path.is_file():

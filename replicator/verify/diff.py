@@ -31,10 +31,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from replicator.checkpoint import read_checkpoint
 from replicator.config import RunConfig
 from replicator.errors import ReplicatorError
 from replicator.events.types import can_promote
-from replicator.iceberg.tables import committed_position, iceberg_table_name, open_catalog
+from replicator.iceberg.cuts import list_cuts
+from replicator.iceberg.tables import iceberg_table_name, open_catalog
+from replicator.secrets import scrub
 from replicator.verify import iceberg_side
 from replicator.verify.digest import (
     DiffCollector,
@@ -63,8 +66,10 @@ def run_diff(
     max_keys: int = 5,
     spark: Any = None,
     progress: bool | None = None,
+    cut: str | None = None,
 ) -> DiffReport:
-    """Compare the configured source with its Iceberg tables (see the module docstring).
+    """Compare the configured source with its Iceberg tables (see the module docstring);
+    with ``cut``, the tables as that consistent cut tagged them.
 
     Raises DiffError when the comparison cannot be made.
     """
@@ -79,7 +84,7 @@ def run_diff(
     side = source_side(cfg)
     try:
         side.open()
-        report = _run(cfg, side, tables, wait_seconds, chunk_rows, max_keys, spark, progress)
+        report = _run(cfg, side, tables, wait_seconds, chunk_rows, max_keys, spark, progress, cut)
     except ReplicatorError as exc:
         raise DiffError(exc.describe()) from exc
     finally:
@@ -125,7 +130,7 @@ def _select(
 
 def _run(
     cfg: RunConfig, side: SourceSide, wanted: Sequence[str] | None, wait_seconds: float,
-    chunk_rows: int, max_keys: int, spark: Any, progress: bool | None,
+    chunk_rows: int, max_keys: int, spark: Any, progress: bool | None, cut: str | None = None,
 ) -> DiffReport:  # fmt: skip
     tables = _select(side.tables(cfg.source.tables), wanted, cfg)
     if not tables:
@@ -134,7 +139,7 @@ def _run(
         catalog = open_catalog(cfg.iceberg)
     except Exception as exc:  # SQLAlchemy / pyiceberg errors of all kinds
         raise DiffError(
-            f"cannot open the Iceberg catalog {cfg.iceberg.catalog_uri}: {exc}"
+            f"cannot open the Iceberg {cfg.iceberg.describe_catalog()}: {scrub(str(exc))}"
         ) from exc
     changes_before = side.change_counter(tables)
 
@@ -162,10 +167,15 @@ def _run(
 
         spark = get_spark()
     pinned: Pinned = []
+    loaded = []
     for t in present:
         table = iceberg_side.load_table(catalog, cfg.iceberg, t.name)
         assert table is not None
-        pinned.append((t, iceberg_side.pin(table, side.kind)))
+        loaded.append((t, table))
+    if cut is not None:
+        pinned = _pin_cut(cut, loaded)
+    else:
+        pinned = [(t, iceberg_side.pin(table, side.kind)) for t, table in loaded]
     changed = _changed_after_snapshot(side, pinned)
     for t, snap in pinned:
         excluded = changed.get(t.name, set())
@@ -191,6 +201,30 @@ def _run(
     order = {t.name: i for i, t in enumerate(tables)}
     results.sort(key=lambda r: order[r.source_table])
     return DiffReport(results, consistency)
+
+
+def _pin_cut(name: str, loaded: list[tuple[SourceTable, Any]]) -> Pinned:
+    """Each table at consistent cut ``name``, provided the source can still be read there:
+    the source is only ever read as it is now, which equals the cut when no table has been
+    committed past the cut's position (the engine has caught up with the source first)."""
+    cuts = {c.name: c for c in list_cuts(table for _, table in loaded)}
+    found = cuts.get(name)
+    if found is None or not found.complete or found.position is None:
+        known = ", ".join(c.name for c in cuts.values() if c.complete) or "none"
+        raise DiffError(f"no complete consistent cut named {name!r} (cuts: {known})")
+    pinned: Pinned = []
+    for t, table in loaded:
+        ident = ".".join(table.name())
+        cp = read_checkpoint(table)
+        if cp is not None and cp.position > found.position:
+            raise DiffError(
+                f"the source has changed since cut {name} ({ident} holds changes up to "
+                f"{cp.position}, the cut is at {found.position}); a cut can be compared with "
+                "the source only while it is the latest state, which `replicator diff` "
+                "without --cut compares"
+            )
+        pinned.append((t, iceberg_side.pin_cut(table, found.tables[ident], found.position)))
+    return pinned
 
 
 def _changed_after_snapshot(
@@ -221,7 +255,8 @@ def _wait_for_engine(
         positions = {}
         for t in tables:
             table = iceberg_side.load_table(catalog, cfg.iceberg, t.name)
-            positions[t.name] = committed_position(table) if table is not None else None
+            cp = read_checkpoint(table) if table is not None else None
+            positions[t.name] = cp.position if cp is not None else None
         state = side.engine_progress(positions)
         if state.caught_up:
             return state

@@ -29,16 +29,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 
+from replicator.checkpoint import checkpoint_at
 from replicator.config import IcebergConfig
 from replicator.events.model import SourcePosition
-from replicator.iceberg.tables import (
-    POSITION_PROPERTY,
-    SOURCE_TABLE_PROPERTY,
-    engine_type,
-    iceberg_table_name,
-)
+from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, engine_type, iceberg_table_name
 from replicator.verify.digest import (
     HASH_MOD,
     RangeDigest,
@@ -48,6 +43,7 @@ from replicator.verify.digest import (
     row_hash,
 )
 from replicator.verify.model import DiffError
+from spark.object_storage import configure_spark, file_io_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,12 +85,6 @@ def load_table(catalog: Catalog, cfg: IcebergConfig, source_table: str) -> Table
     return table
 
 
-def _own_position(snap: Snapshot) -> SourcePosition | None:
-    props = snap.summary.additional_properties if snap.summary else {}
-    raw = props.get(POSITION_PROPERTY)
-    return SourcePosition.from_json(raw) if raw is not None else None
-
-
 def pin(table: Table, source_kind: str) -> IcebergSnapshot:
     """The table's current snapshot, pinned by id (Spark reads exactly it even if the engine
     commits meanwhile), with its own or inherited ``replicator.position``."""
@@ -102,11 +92,8 @@ def pin(table: Table, source_kind: str) -> IcebergSnapshot:
     snap = table.current_snapshot()
     if snap is None:
         return IcebergSnapshot(ident, table, None, None, table.schema())
-    pos: SourcePosition | None = None
-    s: Snapshot | None = snap
-    while s is not None and pos is None:  # other writers' snapshots keep their parent's
-        pos = _own_position(s)
-        s = table.snapshot_by_id(s.parent_snapshot_id) if s.parent_snapshot_id else None
+    cp = checkpoint_at(table, snap)  # other writers' snapshots keep their parent's
+    pos: SourcePosition | None = cp.position if cp is not None else None
     if pos is not None and pos.source != source_kind:
         raise DiffError(
             f"{ident} was written from a {pos.source!r} source (position {pos}), not from "
@@ -116,9 +103,22 @@ def pin(table: Table, source_kind: str) -> IcebergSnapshot:
     return IcebergSnapshot(ident, table, snap.snapshot_id, pos, schema or table.schema())
 
 
+def pin_cut(table: Table, snapshot_id: int, position: SourcePosition) -> IcebergSnapshot:
+    """The snapshot a consistent cut tagged, standing for the source at ``position``."""
+    ident = ".".join(table.name())
+    snap = table.snapshot_by_id(snapshot_id)
+    if snap is None:
+        raise DiffError(f"{ident}: the snapshot {snapshot_id} of the cut is gone")
+    schema = table.metadata.schema_by_id(snap.schema_id) if snap.schema_id is not None else None
+    return IcebergSnapshot(ident, table, snapshot_id, position, schema or table.schema())
+
+
 def frame(spark: SparkSession, snap: IcebergSnapshot, names: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
+    # Tables on object storage: Iceberg Java reads them through Hadoop S3A, configured from
+    # the same FileIO properties pyiceberg uses.
+    configure_spark(spark, snap.table.metadata_location, file_io_properties(snap.table.io.properties))
     reader = spark.read.format("iceberg")
     if snap.snapshot_id is not None:
         reader = reader.option("snapshot-id", str(snap.snapshot_id))

@@ -280,6 +280,7 @@ class ShopWorkload:
 
 def bench(rows: int = 100_000, single: int = 20_000) -> dict[str, float]:
     """Row events/s read by MySQLSource from a private MariaDB (4-column table)."""
+    from replicator.checkpoint import Checkpoints
     from replicator.events.deadletter import DeadLetterSink
     from replicator.sources.mysql import MySQLSource
     from sample_dbs.mysql.server import PrivateMariaDB
@@ -297,7 +298,7 @@ def bench(rows: int = 100_000, single: int = 20_000) -> dict[str, float]:
         src = MySQLSource(
             db.dsn, dead_letters=DeadLetterSink(None), tables=["shop.bench"], progress=False
         )
-        src.start({})
+        src.start(Checkpoints())
         assert not list(src.poll())  # empty snapshot
         conn = db.connect(db="shop")
 

@@ -53,7 +53,7 @@ CREATE TABLE order_items (
     sku         varchar(32) NOT NULL REFERENCES products (sku) ON UPDATE CASCADE,
     quantity    integer NOT NULL CHECK (quantity > 0),
     unit_price  numeric(10, 2) NOT NULL,
-    discount    numeric,          -- unconstrained: decimal(38,10) in the engine
+    discount    numeric,          -- unconstrained: exact decimal text in the engine (docs/types.md)
     PRIMARY KEY (order_id, line_no)
 );
 

@@ -101,7 +101,7 @@ def test_acknowledged_offset_never_passes_committed_position(
     def checked_ack(position: Any) -> None:
         before = tuple(orjson.loads(offsets.read_bytes())["acked"]) if offsets.exists() else ()
         # Every table of the batch has committed it: the newest committed position is its end.
-        newest = max(tuple(p.parts) for p in rep.committed.values())
+        newest = max(tuple(p.parts) for p in rep.checkpoints.positions().values())
         original(position)
         after = tuple(orjson.loads(offsets.read_bytes())["acked"])
         seen.append((before, tuple(position.parts), newest, after))

@@ -87,7 +87,7 @@ def test_slot_never_passes_committed_position(tmp_path: Path, pg_db: str, spark:
 
     def checked_ack(position: Any) -> None:
         committed = min(
-            int(p.parts[0]) for p in rep.committed.values() if p.source == "postgres"
+            int(p.parts[0]) for p in rep.checkpoints.positions("postgres").values()
         )
         with psycopg.connect(pg_db) as conn:
             row = conn.execute(

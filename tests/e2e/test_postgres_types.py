@@ -81,10 +81,47 @@ def test_unrepresentable_values_go_to_dead_letters(tmp_path: Path, pg_db: str, s
     summary = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     cfg = load(cfg_path)
     letters = [orjson.loads(line) for line in cfg.dead_letter_path.read_text().splitlines()]
-    assert [d["key"] for d in letters] == [{"id": "2"}, {"id": "3"}, {"id": "4"}]
-    assert ["'dt'" in letters[0]["reason"], "'ts'" in letters[1]["reason"], "NaN" in letters[2]["reason"]] == [True] * 3
+    # Row 4 (numeric NaN) is no dead letter since unconstrained numeric is exact text.
+    assert [d["key"] for d in letters] == [{"id": "2"}, {"id": "3"}]
+    assert ["'dt'" in letters[0]["reason"], "'ts'" in letters[1]["reason"]] == [True] * 2
     for d in letters:
         assert d["table"] == "public.odd" and d["position"] and d["reason"]
     rows = spark_rows(iceberg_metadata(cfg, "public.odd"), order_by=["id"])
-    assert [r["id"] for r in rows] == [1, 5]
-    assert summary.dead_letters == 3
+    assert [(r["id"], r["n"]) for r in rows] == [(1, "1"), (4, "NaN"), (5, "5")]
+    assert summary.dead_letters == 2
+
+
+BIG = "9" * 1000 + "." + "1" * 1000  # far beyond any Iceberg decimal
+FREE_VALUES = [  # every kind of value an unconstrained numeric holds
+    "0.1234567891234", "1e-20", "-123456789012345678901234567890123456789.5", "1.50",
+    "'NaN'", "'Infinity'", "'-Infinity'", "0", BIG, "NULL",
+]
+
+
+def test_unconstrained_numeric_keeps_every_value(
+    tmp_path: Path, pg_db: str, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 10 item 3: values with more than 10 fractional digits (and NaN, +-Infinity,
+    1000-digit values) were dead letters and their updates too, so the table differed from
+    the source. Now every value is replicated exactly and `replicator diff` agrees."""
+    from replicator.cli.main import main
+
+    rows = ", ".join(f"({i}, {v})" for i, v in enumerate(FREE_VALUES))
+    sql(pg_db, "CREATE TABLE nums (id int PRIMARY KEY, n numeric, k numeric UNIQUE)",
+        f"INSERT INTO nums (id, n) VALUES {rows}")
+    cfg_path = write_config(tmp_path, pg_db)
+    Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)  # snapshot
+    sql(pg_db, "UPDATE nums SET n = n * 3 + 0.000000000007 WHERE n <> 'NaN' AND abs(n) < 1e30",
+        "UPDATE nums SET k = id / 7.0", "INSERT INTO nums VALUES (100, 1e-30, 2.5), (101, 'NaN', 3)",
+        "DELETE FROM nums WHERE id = 1")
+    summary = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
+    assert summary.dead_letters == 0
+    table = next(t for t in source_tables(pg_db) if t.name == "nums")
+    expected = source_rows(pg_db, table)
+    assert {r["id"]: r["n"] for r in expected}[6] == "-Infinity"
+    assert {r["id"]: r["n"] for r in expected}[0] == "0.3703703673772"  # 13 fractional digits
+    loc = iceberg_metadata(load(cfg_path), "public.nums")
+    for judge in (spark_rows, duckdb_rows):
+        assert judge(loc, order_by=["id"]) == expected, judge.__name__
+    rc = main(["diff", "--config", str(cfg_path)])
+    assert rc == 0, capsys.readouterr().out

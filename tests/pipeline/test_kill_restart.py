@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from replicator.checkpoint.model import POSITION_KEY as POSITION_PROPERTY
 from replicator.config import load_config
-from replicator.iceberg.tables import POSITION_PROPERTY, open_catalog
+from replicator.iceberg.tables import open_catalog
 from tests.judges import assert_no_duplicate_data_files, spark_rows
 from tests.pipeline.dbz import ChangeLog
 

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from replicator.checkpoint import Checkpoint, Checkpoints
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
@@ -84,7 +85,7 @@ def folder(tmp_path: Path) -> Path:
 
 def test_folder_order_positions_and_transactions(folder: Path, tmp_path: Path) -> None:
     src = source(folder, tmp_path)
-    src.start({})
+    src.start(Checkpoints.at({}))
     events = list(src.poll())
     assert summary(events) == [
         (("a.jsonl", 1), "c", "5", False, 1),
@@ -104,15 +105,24 @@ def test_folder_order_positions_and_transactions(folder: Path, tmp_path: Path) -
     assert list(src.poll()) == []
 
 
+def at(ack: SourcePosition | None, **tables: SourcePosition) -> Checkpoints:
+    """Checkpoints as the pipeline records them: per table, plus what was acknowledged."""
+    return Checkpoints({
+        f"public.{t}": Checkpoint(position=p, writer_id="w", acknowledged=ack)
+        for t, p in tables.items()
+    })  # fmt: skip
+
+
 def test_resume_in_the_middle(folder: Path, tmp_path: Path) -> None:
     full = source(folder, tmp_path)
-    full.start({})
+    full.start(Checkpoints())
     everything = list(full.poll())
 
-    # orders committed up to b.jsonl line 2, items (another table) only up to a.jsonl line 3:
-    # the source resumes at the smaller one and re-reads that line itself.
+    # orders committed up to b.jsonl line 2, items (another table) only up to a.jsonl line 3,
+    # which is where every table stood when the last commit was made: the source resumes
+    # there and re-reads that line itself.
     resumed = source(folder, tmp_path)
-    resumed.start({"public.orders": fpos("b.jsonl", 2), "public.items": fpos("a.jsonl", 3)})
+    resumed.start(at(fpos("a.jsonl", 3), orders=fpos("b.jsonl", 2), items=fpos("a.jsonl", 3)))
     events = list(resumed.poll())
     assert [e.position for e in events] == [
         e.position for e in everything if e.position >= fpos("a.jsonl", 3)
@@ -121,19 +131,26 @@ def test_resume_in_the_middle(folder: Path, tmp_path: Path) -> None:
     assert resumed.stats.lines_read == 6  # a.jsonl lines 1-2 were skipped unparsed
 
     in_b = source(folder, tmp_path)
-    in_b.start({"public.orders": fpos("b.jsonl", 2)})
+    in_b.start(at(fpos("b.jsonl", 2), orders=fpos("b.jsonl", 2)))
     assert summary(list(in_b.poll())) == summary(everything)[5:]
     assert in_b.stats.lines_read == 3
 
-    # a wanted table with nothing committed yet forces a read from the beginning
-    filtered = source(folder, tmp_path, tables=["public.orders", "public.items"])
-    filtered.start({"public.orders": fpos("b.jsonl", 2)})
-    assert len(list(filtered.poll())) == 8
+
+def test_crash_between_two_tables_commits_rereads_the_other_table(folder: Path, tmp_path: Path) -> None:
+    """Issue 10 item 5: orders was committed up to b.jsonl:2 in the first batch, the engine died
+    before items' first commit. Resuming at the smallest committed position (orders') would
+    never read items' earlier records again: nothing is acknowledged, so read everything."""
+    src = source(folder, tmp_path, tables=["public.orders", "public.items"])
+    src.start(at(None, orders=fpos("b.jsonl", 2)))
+    assert len(list(src.poll())) == 8
+    unfiltered = source(folder, tmp_path)
+    unfiltered.start(at(None, orders=fpos("b.jsonl", 2)))
+    assert len(list(unfiltered.poll())) == 8
 
 
 def test_growth_new_files_and_second_poll(folder: Path, tmp_path: Path) -> None:
     src = source(folder, tmp_path)
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert len(list(src.poll())) == 8
     assert list(src.poll()) == []
     append(folder / "b.jsonl", rec(10, tx=20), rec(11, tx=20))
@@ -178,7 +195,7 @@ def test_dead_letters_tombstones_and_filtered(tmp_path: Path) -> None:
         rec(6, tx=2),
     )
     src = source(d, tmp_path, tables=["public.orders"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     events = list(src.poll())
     assert summary(events) == [
         (("x.jsonl", 1), "c", "1", False, 1),
@@ -211,7 +228,7 @@ def test_partial_last_line_waits_for_the_writer(tmp_path: Path) -> None:
     line2 = rec(2, tx=2)
     append(f, line2[:20], newline=False)  # the writer is mid-line
     src = source(f, tmp_path)
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert summary(list(src.poll())) == [(("one.jsonl", 1), "c", "1", True, 1)]
     append(f, line2[20:])
     assert summary(list(src.poll())) == [(("one.jsonl", 2), "c", "2", True, 2)]
@@ -222,7 +239,7 @@ def test_partial_last_line_waits_for_the_writer(tmp_path: Path) -> None:
     append(f, b"", rec(4, tx=4))
     assert summary(list(src.poll())) == [(("one.jsonl", 4), "c", "4", True, 4)]
     fresh = source(f, tmp_path)
-    fresh.start({})
+    fresh.start(Checkpoints.at({}))
     assert [e.position.parts for e in fresh.poll()] == [("one.jsonl", n) for n in range(1, 5)]
     # a torn line that never completes is dead-lettered once the file stops changing
     append(f, b'{"op": "c", "af', newline=False)
@@ -237,16 +254,16 @@ def test_single_file_and_json_suffix(tmp_path: Path) -> None:
     write(d / "a.json", rec(1, tx=1))
     write(d / "b.jsonl", rec(2, tx=2))
     src = source(d, tmp_path, suffixes=(".jsonl", ".json"))
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert [e.position.parts for e in src.poll()] == [("a.json", 1), ("b.jsonl", 1)]
     single = source(d / "b.jsonl", tmp_path)
-    single.start({"public.orders": fpos("b.jsonl", 1)})
+    single.start(Checkpoints.at({"public.orders": fpos("b.jsonl", 1)}))
     assert [e.position.parts for e in single.poll()] == [("b.jsonl", 1)]
 
 
 def test_abandoned_poll_loses_nothing(folder: Path, tmp_path: Path) -> None:
     src = source(folder, tmp_path)
-    src.start({})
+    src.start(Checkpoints.at({}))
     it = src.poll()
     assert isinstance(it, Generator)
     first = [next(it), next(it), next(it)]
@@ -261,6 +278,6 @@ def test_single_file_renamed_is_refused(tmp_path: Path) -> None:
     f = write(tmp_path / "new.jsonl", rec(1, tx=1))
     src = source(f, tmp_path)
     with pytest.raises(TerminalError, match="single file"):
-        src.start({"public.orders": fpos("old.jsonl", 3)})
+        src.start(Checkpoints.at({"public.orders": fpos("old.jsonl", 3)}))
     with pytest.raises(TerminalError, match="not a debezium-json file position"):
-        src.start({"public.orders": SourcePosition(source="postgres", parts=(1, 2))})
+        src.start(Checkpoints.at({"public.orders": SourcePosition(source="postgres", parts=(1, 2))}))

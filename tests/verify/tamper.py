@@ -15,6 +15,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from replicator.checkpoint.model import WRITER_KEY as WRITER_PROPERTY
 from replicator.config import load_config
 from replicator.iceberg.files import (
     data_file_from_parquet,
@@ -22,7 +23,7 @@ from replicator.iceberg.files import (
     equality_delete_file_from_parquet,
 )
 from replicator.iceberg.row_delta import commit_row_delta
-from replicator.iceberg.tables import WRITER_PROPERTY, open_catalog
+from replicator.iceberg.tables import open_catalog
 from tests.judges import spark_rows
 
 TAMPER_WRITER = "tamper-test"

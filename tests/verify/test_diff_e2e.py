@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 import replicator.verify.diff as verify_diff
+from replicator.checkpoint.model import WRITER_KEY as WRITER_PROPERTY
 from replicator.cli.main import main
-from replicator.iceberg.tables import WRITER_PROPERTY
 from sample_dbs.postgres.workload import Workload
 from tests.verify.conftest import Replicated, replicate, write_config
 from tests.verify.tamper import TAMPER_WRITER, load_table, rows, tamper

@@ -15,7 +15,7 @@ Transactions: events of one transaction share ``tx_id`` (the GTID, e.g. MariaDB 
 else ``file:tx_begin``); the source holds back one event and marks the last one of the
 transaction ``last_in_tx=True`` at XID / ``COMMIT`` (or after a standalone statement).
 
-Resume (``start(committed)``): the stream restarts at ``(file, tx_begin)`` of the smallest
+Resume (``start(checkpoints)``): the stream restarts at ``(file, tx_begin)`` of the smallest
 committed position of the selected tables, raised to the last acknowledged position recorded
 in ``<state_dir>/mysql-<server_id>.offsets.json`` when there is one (tables without changes
 would otherwise pin an old position), and skips every row at or below its table's committed
@@ -35,9 +35,9 @@ smallest committed position, and the history is re-seeded from information_schem
 The table selection is fixed at ``start()``: a table created later is picked up (and
 snapshotted) at the next start.
 
-Pipeline flags: ``reads_may_repeat`` is False only for a fresh start (one consistent snapshot,
-the stream starts exactly at its point); a resumed or added-table snapshot is newer than the
-resume point, so ``upsert_until`` is set to its binlog point ``(file, pos, -1)``: the stream
+Replays (``self.replay``): exact only for a fresh start (one consistent snapshot, the stream
+starts exactly at its point); a resumed or added-table snapshot is newer than the resume
+point, so ``replay.changes_until`` is set to its binlog point ``(file, pos, -1)``: the stream
 repeats every transaction written before it, and the pipeline applies those inserts as
 upserts. Fencing: MariaDB cuts off an older binlog reader with the same server_id, so the
 source holds ``GET_LOCK('replicator.mysql.<server_id>')`` on its control connection (a second
@@ -73,6 +73,7 @@ from typing import Any
 import pymysql
 from tqdm import tqdm
 
+from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
@@ -160,9 +161,9 @@ class MySQLSource(ChangeSource):
         self._bar: tqdm[Any] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+    def start(self, checkpoints: Checkpoints) -> None:
         try:
-            self._start(committed)
+            self._start(checkpoints.positions())
         except BaseException:
             self.close()
             raise
@@ -202,7 +203,7 @@ class MySQLSource(ChangeSource):
         basename = setup.binlog_basename(list(files)[-1]) if files else ""
         if not self._committed:
             self._begin_snapshot(infos, None, None, 0)
-            self.reads_may_repeat = False  # one consistent snapshot, the stream starts at it
+            self.replay = EXACT  # one consistent snapshot, the stream starts at it
             return
         for t, p in self._committed.items():
             if setup.binlog_basename(str(p[0])) != basename:
@@ -307,8 +308,9 @@ class MySQLSource(ChangeSource):
         else:
             # Newer than the resume point: the stream repeats what the snapshot saw, i.e. every
             # transaction written before its binlog point (inserts must become upserts).
-            self.reads_may_repeat = True
-            self.upsert_until = SourcePosition(source="mysql", parts=(*snap_at, -1))
+            self.replay = ReplayWindow(
+                snapshot_rows=True, changes_until=SourcePosition(source="mysql", parts=(*snap_at, -1))
+            )
             if self.offsets_path is not None:  # from an earlier life of these tables
                 self.offsets_path.unlink(missing_ok=True)
         log.info(

@@ -160,7 +160,10 @@ class ReplicationConnection:
                 return None
             ready, _, _ = select.select([pgconn.socket], [], [], min(remaining, status_interval))
             if ready:
-                pgconn.consume_input()
+                try:
+                    pgconn.consume_input()
+                except psycopg.OperationalError as exc:  # e.g. the server ended the session
+                    raise TransientError(f"replication stream broke: {exc}") from exc
 
     def send_status(self, flushed: int | None = None) -> None:
         if flushed is not None and flushed > self.flushed:

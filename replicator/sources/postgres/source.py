@@ -7,7 +7,7 @@ Events of a transaction share ``tx_id`` (the xid); the last emitted one has
 ``last_in_tx=True``. Snapshot rows have ``tx_id=None`` and ``last_in_tx=True``: each is its
 own transaction, so the pipeline may commit anywhere inside the snapshot.
 
-Restart rules (``start(committed)``):
+Restart rules (``start(checkpoints)``):
 * no slot: create it with an exported snapshot and snapshot every selected table;
 * slot exists: table T is (re)snapshotted when it was just added to the publication, has no
   committed position, or its committed position is a snapshot position of the slot's
@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from tqdm import tqdm
 
+from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
@@ -135,9 +136,9 @@ class PostgresSource(ChangeSource):
         except psycopg.OperationalError as exc:
             raise TransientError(f"cannot connect to PostgreSQL: {exc}") from exc
 
-    def start(self, committed: Mapping[str, SourcePosition]) -> None:
+    def start(self, checkpoints: Checkpoints) -> None:
         try:
-            self._start({t: p.parts for t, p in committed.items() if p.source == "postgres"})
+            self._start({t: p.parts for t, p in checkpoints.positions("postgres").items()})
         except BaseException:
             self.close()  # releases the fence: a failed check must not block the next try
             raise
@@ -147,6 +148,7 @@ class PostgresSource(ChangeSource):
         self.fencing_token = setup.acquire_fence(conn, self.slot)
         setup.check_server(conn)
         setup.check_role(conn)
+        self.keepalive_seconds = _keepalive_seconds(conn)
         infos = setup.list_tables(conn, self.tables_config)
         setup.check_tables(conn, infos)
         self._tables = {t.qualified: t for t in infos}
@@ -200,12 +202,15 @@ class PostgresSource(ChangeSource):
         if snapshot_name is None:
             # A fresh snapshot is newer than the slot: rows it saw can come again from the
             # stream. Every commit it can see has a commit LSN below the current WAL position.
-            self.reads_may_repeat = True
             row = self._conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-            if row is not None:
-                self.upsert_until = SourcePosition(source="postgres", parts=(str_to_lsn(row[0]), 2**62))
+            until = (
+                SourcePosition(source="postgres", parts=(str_to_lsn(row[0]), 2**62))
+                if row is not None
+                else None
+            )
+            self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
         else:
-            self.reads_may_repeat = False  # exported by the slot: exactly its start point
+            self.replay = EXACT  # exported by the slot: exactly its start point
         self._snap = reader
         self._snap_chunks = reader.chunks()
         for t in order:
@@ -418,6 +423,17 @@ class PostgresSource(ChangeSource):
         if self.state_path:
             st.save(self.state_path)
 
+    def keepalive(self) -> None:
+        """The pipeline is busy (not polling): report the confirmed position again so the
+        server does not end the session (``wal_sender_timeout``); confirms nothing new."""
+        with self._lock:
+            if self._stream is None:
+                return
+            try:
+                self._stream.send_status()
+            except TransientError as exc:  # the next poll reconnects
+                log.warning("could not send a keepalive: %s", exc)
+
     def _confirm(self, lsn: int) -> None:
         if lsn > self._confirmed:
             self._confirmed = lsn
@@ -443,3 +459,15 @@ class PostgresSource(ChangeSource):
     def confirmed_lsn(self) -> int:
         """The slot position this source has reported as durable."""
         return self._confirmed
+
+
+def _keepalive_seconds(conn: psycopg.Connection[Any]) -> float:
+    """A quarter of the server's ``wal_sender_timeout`` (as this role sees it), within
+    0.5-10 s: the server ends a replication session that has not replied for that long."""
+    row = conn.execute(
+        "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'"
+    ).fetchone()
+    timeout_ms = int(row[0]) if row is not None else 60_000
+    if timeout_ms <= 0:  # disabled
+        return 10.0
+    return min(10.0, max(0.5, timeout_ms / 4000))

@@ -14,10 +14,9 @@ numeric(p,s), p <= 38                       decimal(p,s)    Decimal; NaN -> dead
 numeric(p,s), s < 0 (PG15)                  decimal(p-s,0)  Decimal
 numeric(p,s), s > p (PG15)                  decimal(s,s)    Decimal
 numeric(p,s), p > 38                        string          the numeric's text
-numeric (unconstrained)                     decimal(38,10)  Decimal; a value with more than 10
-                                                            fractional digits (non-zero), more
-                                                            than 28 integer digits, NaN or
-                                                            +-Infinity -> dead letter
+numeric (unconstrained)                     string          the numeric's exact text ("1.50",
+                                                            "NaN", "-Infinity"): every value
+                                                            kept (``UNCONSTRAINED_DECIMAL_TYPE``)
 real                                        float           float (NaN, +-inf kept)
 double precision                            double          float (NaN, +-inf kept)
 boolean                                     boolean         bool
@@ -42,7 +41,7 @@ anything else (inet, money, xml, ranges..)  string          the type's text outp
 Values the engine cannot carry raise ``ValueConversionError``; the source turns that into a
 ``BadInputError`` naming table, key and LSN and dead-letters the row: ``infinity`` /
 ``-infinity`` dates and timestamps, BC dates, years beyond 9999 (Python's datetime range),
-numeric NaN/Infinity and numerics that do not fit their decimal type.
+numeric NaN/Infinity in a numeric(p,s) column and numerics that do not fit their decimal type.
 
 Nullability: only replica-identity key columns are marked ``nullable=False``; NOT NULL on
 other columns is not read (it may change at any time and a required Iceberg column cannot
@@ -58,7 +57,7 @@ from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
 from replicator.events.model import ColumnSpec
-from replicator.events.types import MAX_DECIMAL_PRECISION
+from replicator.events.types import MAX_DECIMAL_PRECISION, UNCONSTRAINED_DECIMAL_TYPE
 
 Converter = Callable[[str], Any]
 
@@ -72,7 +71,10 @@ SESSION_OPTIONS: dict[str, str] = {
     "client_encoding": "UTF8",
 }
 
-UNCONSTRAINED_NUMERIC = "decimal(38,10)"
+# The mapping of unconstrained numeric (the reason is at UNCONSTRAINED_DECIMAL_TYPE). A fixed
+# decimal(p,s) can still be asked for (TypeMapper(unconstrained_numeric=...)): its converter
+# then rejects values that do not fit instead of rounding them.
+UNCONSTRAINED_NUMERIC = UNCONSTRAINED_DECIMAL_TYPE
 
 
 class ValueConversionError(ValueError):

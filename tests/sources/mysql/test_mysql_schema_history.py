@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from mysql_testkit import TestDb, drain
 
+from replicator.checkpoint import Checkpoints
 from replicator.sources.mysql import MySQLSource
 from replicator.sources.mysql.schema_history import (
     SchemaHistory,
@@ -125,7 +126,7 @@ def test_restart_decodes_with_the_hints_of_its_position(
     tables = [f"{db.name}.t", f"{db.name}.u"]
     state = tmp_path / "state" if with_state else None
     src = make_source(db, tables=tables, state_dir=state, server_id=4721)
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert drain(src) == []
     db.sql(
         "INSERT INTO u VALUES (1)",
@@ -138,7 +139,7 @@ def test_restart_decodes_with_the_hints_of_its_position(
     src.close()
     # Restart from before the ALTER: information_schema already says tinyint(4).
     again = make_source(db, tables=tables, state_dir=state, server_id=4721)
-    again.start({t: evs[0].position for t in tables})
+    again.start(Checkpoints.at({t: evs[0].position for t in tables}))
     flags = [e.after["flag"] for e in drain(again) if e.after]
     # With a recorded history the replay decodes as the first read did; without one the hints
     # are re-read from information_schema now (the documented race): flag is an int already.

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from mysql_testkit import TestDb, drain
 
+from replicator.checkpoint import Checkpoints
 from replicator.errors import ConfigError, SourceSetupError, TransientError
 from replicator.sources.mysql import MySQLSource
 from replicator.sources.mysql.setup import parse_dsn
@@ -40,7 +41,7 @@ def test_parse_dsn() -> None:
 
 def _setup_error(src: MySQLSource) -> SourceSetupError:
     with pytest.raises(SourceSetupError) as err:
-        src.start({})
+        src.start(Checkpoints.at({}))
     text = str(err.value)
     assert "hint:" in text and "Traceback" not in text
     return err.value
@@ -146,11 +147,11 @@ def test_tables_server_id_and_connection(db: TestDb, make_source: Callable[..., 
     )
     db.sql("DROP TABLE odd")
     src = make_source(db)  # default: tables with a primary key in the DSN's database
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert src._tables.keys() == {f"{db.name}.t"}
     dead = MySQLSource(f"mysql://repl:repl@127.0.0.1:1/{db.name}", dead_letters=src.dead_letters)
     with pytest.raises(TransientError):
-        dead.start({})
+        dead.start(Checkpoints.at({}))
 
 
 @pytest.mark.integration
@@ -161,7 +162,7 @@ def test_unix_socket_dsn(db: TestDb, make_source: Callable[..., Any]) -> None:
         dsn, dead_letters=make_source(db).dead_letters, server_id=4343, progress=False
     )
     try:
-        src.start({})
+        src.start(Checkpoints.at({}))
         db.sql("INSERT INTO t VALUES (2)")
         assert [e.after["id"] for e in drain(src) if e.after] == [1, 2]
     finally:
@@ -176,13 +177,13 @@ def test_one_engine_per_server_id(db: TestDb, make_source: Callable[..., Any]) -
 
     db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
     first = make_source(db, server_id=4801)
-    first.start({})
+    first.start(Checkpoints.at({}))
     second = make_source(db, server_id=4801)
     with pytest.raises(FencedError) as err:
-        second.start({})
+        second.start(Checkpoints.at({}))
     assert (err.value.hint or "").startswith("KILL ")
     first.close()
     third = make_source(db, server_id=4801)
-    third.start({})
+    third.start(Checkpoints.at({}))
     assert first.fencing_token is not None and third.fencing_token is not None
     assert third.fencing_token > first.fencing_token

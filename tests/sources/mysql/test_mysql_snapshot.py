@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mysql_testkit import TestDb, apply, drain
 
+from replicator.checkpoint import Checkpoints
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.mysql import MySQLSource
 from replicator.sources.mysql.snapshot import (
@@ -54,7 +55,7 @@ def test_snapshot_positions_and_keys() -> None:
 def _truth(db: TestDb, make_source: Callable[..., MySQLSource], tables: list[str]) -> Model:
     """The tables' current content, read by a fresh snapshot."""
     src = make_source(db, tables=tables)
-    src.start({})
+    src.start(Checkpoints.at({}))
     model: Model = {}
     events = drain(src)
     assert all(e.op is Op.READ for e in events)
@@ -73,8 +74,8 @@ def test_snapshot_overlapping_live_writes_converges(
     conn = db.connect()
     wl.populate(conn, customers=60, products=30, orders=60)
     src = make_source(db, tables=tables, snapshot_chunk_rows=7, poll_max_events=5)
-    src.start({})
-    assert src.reads_may_repeat is False and src.upsert_until is None  # exactly the stream start
+    src.start(Checkpoints.at({}))
+    assert src.replay.snapshot_rows is False and src.replay.changes_until is None  # exactly the stream start
     model: Model = {}
     steps = 0
 
@@ -123,7 +124,7 @@ def _two_tables(db: TestDb) -> list[str]:
 
 
 def _interrupt_and_change(db: TestDb, src: MySQLSource, n: int) -> list[ChangeEvent]:
-    src.start({})
+    src.start(Checkpoints.at({}))
     first: list[ChangeEvent] = []
     while len(first) < n:
         first.extend(src.poll())
@@ -156,13 +157,14 @@ def test_interrupted_snapshot_resumes(
     end = first[-1].position
     committed = {t: end for t in tables}
     again = make_source(db, tables=tables, snapshot_chunk_rows=5, state_dir=state, server_id=4711)
-    again.start(committed)
+    again.start(Checkpoints.at(committed))
     # the new snapshot is newer than the resume point: the stream repeats what it saw
-    assert again.reads_may_repeat and again.upsert_until is not None
-    assert again.upsert_until.parts[:2] > end.parts[:2]
+    until = again.replay.changes_until
+    assert again.replay.snapshot_rows and until is not None
+    assert until.parts[:2] > end.parts[:2]
     rest = drain(again)
     snap = [e for e in rest if e.op is Op.READ]
-    repeated = [e for e in rest if e.op is not Op.READ and e.position <= again.upsert_until]
+    repeated = [e for e in rest if e.op is not Op.READ and e.position <= until]
     assert len(repeated) == 9  # the row changes made between the two snapshots
     assert all(e.position > end for e in rest)
     assert all(e.position.parts[:2] == end.parts[:2] for e in snap)  # same snapshot point
@@ -185,7 +187,7 @@ def test_idle_table_and_acknowledged_offsets(
     tables = _two_tables(db)
     state = tmp_path / "state" if with_state else None
     src = make_source(db, tables=tables, state_dir=state, server_id=4712)
-    src.start({})
+    src.start(Checkpoints.at({}))
     snap = drain(src)
     db.sql("INSERT INTO a VALUES (200, 'x')", "INSERT INTO a VALUES (201, 'y')")
     stream = drain(src)
@@ -198,7 +200,7 @@ def test_idle_table_and_acknowledged_offsets(
         tables[1]: last_b,
     }  # b: no change since its snapshot
     again = make_source(db, tables=tables, state_dir=state, server_id=4712)
-    again.start(committed)
+    again.start(Checkpoints.at(committed))
     evs = drain(again)
     if with_state:  # b's snapshot is known complete; the stream resumes after the acked position
         assert evs == [] and again.resume_position >= (

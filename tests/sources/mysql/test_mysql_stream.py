@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from mysql_testkit import TestDb, drain, summary
 
+from replicator.checkpoint import Checkpoints
 from replicator.errors import SchemaChangeError, TerminalError
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.mysql import MySQLSource
@@ -29,7 +30,7 @@ def _tables(db: TestDb) -> None:
 
 def _started(db: TestDb, make_source: Callable[..., MySQLSource], **kw: Any) -> MySQLSource:
     src = make_source(db, tables=[f"{db.name}.a", f"{db.name}.b"], **kw)
-    src.start(kw.pop("committed", {}))
+    src.start(Checkpoints.at(kw.pop("committed", {})))
     assert drain(src) == []
     return src
 
@@ -123,12 +124,12 @@ def test_resume_inside_a_transaction_reproduces_the_rest(
     for k in (0, 2, 3, 5, 7, len(evs) - 1):  # inside and at the end of transactions
         pos = evs[k].position
         again = make_source(db, tables=[f"{db.name}.a", f"{db.name}.b"])
-        again.start({f"{db.name}.a": pos, f"{db.name}.b": pos})
+        again.start(Checkpoints.at({f"{db.name}.a": pos, f"{db.name}.b": pos}))
         assert summary(drain(again)) == summary(evs[k + 1 :]), k
         again.close()
     # per-table positions: b committed further than a
     again = make_source(db, tables=[f"{db.name}.a", f"{db.name}.b"])
-    again.start({f"{db.name}.a": evs[0].position, f"{db.name}.b": evs[4].position})
+    again.start(Checkpoints.at({f"{db.name}.a": evs[0].position, f"{db.name}.b": evs[4].position}))
     want = [e for e in evs[1:] if e.table.endswith(".a") or e.position > evs[4].position]
     assert summary(drain(again)) == summary(want)
 
@@ -153,7 +154,7 @@ def test_consumer_stopping_mid_event_loses_nothing(
 def test_schema_changes_mid_stream(db: TestDb, make_source: Callable[..., MySQLSource]) -> None:
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1)")
     src = make_source(db, tables=[f"{db.name}.t"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     snap = drain(src)
     db.sql(
         "ALTER TABLE t ADD COLUMN extra VARCHAR(10) AFTER id, ADD COLUMN flag BOOLEAN, "
@@ -191,7 +192,7 @@ def test_schema_changes_mid_stream(db: TestDb, make_source: Callable[..., MySQLS
 def test_rename_drop_and_truncate(db: TestDb, make_source: Callable[..., MySQLSource]) -> None:
     db.sql("CREATE TABLE t (id INT PRIMARY KEY)", "CREATE TABLE u (id INT PRIMARY KEY)")
     src = make_source(db, tables=[f"{db.name}.t", f"{db.name}.u"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     drain(src)
     db.sql(
         "INSERT INTO t VALUES (1)",
@@ -210,7 +211,7 @@ def test_rename_drop_and_truncate(db: TestDb, make_source: Callable[..., MySQLSo
     assert src.stats.truncates == 1 and "TRUNCATE" in src.dead_letters.path.read_text()
     # a restart from before the rename stops at the same statement again
     again = make_source(db, tables=[f"{db.name}.u"])  # t no longer exists: take it out
-    again.start({f"{db.name}.u": got[-1].position})
+    again.start(Checkpoints.at({f"{db.name}.u": got[-1].position}))
     db.sql("DROP TABLE u")
     with pytest.raises(SchemaChangeError, match="dropped"):
         drain(again)
@@ -242,7 +243,7 @@ def test_rotation_order_and_resume_across_files(
     )
     for k in (1, 2, 5):  # resume in an older file: the rest comes back exactly, across files
         again = make_source(db, tables=[f"{db.name}.a", f"{db.name}.b"])
-        again.start({f"{db.name}.a": evs[k].position, f"{db.name}.b": evs[k].position})
+        again.start(Checkpoints.at({f"{db.name}.a": evs[k].position, f"{db.name}.b": evs[k].position}))
         assert summary(drain(again)) == summary(evs[k + 1 :])
         again.close()
 
@@ -256,7 +257,7 @@ def test_purged_binlog_is_a_terminal_error(
     db = Db(server, "shop")
     db.sql("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))")
     src = make_source(db, tables=["shop.a"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     drain(src)
     db.sql("INSERT INTO a VALUES (1, 'x')")
     evs = drain(src)
@@ -270,7 +271,7 @@ def test_purged_binlog_is_a_terminal_error(
         time.sleep(0.05)
     again = make_source(db, tables=["shop.a"])
     with pytest.raises(TerminalError) as err:
-        again.start({"shop.a": evs[0].position})
+        again.start(Checkpoints.at({"shop.a": evs[0].position}))
     assert "no longer on the server" in err.value.message and "re-snapshot" in (
         err.value.hint or ""
     )
@@ -278,7 +279,7 @@ def test_purged_binlog_is_a_terminal_error(
     db.sql("RESET MASTER")  # numbering starts over: binlog.000001 exists again, with other content
     again = make_source(db, tables=["shop.a"])
     with pytest.raises(TerminalError, match="was reset"):
-        again.start({"shop.a": evs[0].position})
+        again.start(Checkpoints.at({"shop.a": evs[0].position}))
 
 
 def test_idle_and_unrelated_activity(db: TestDb, make_source: Callable[..., MySQLSource]) -> None:

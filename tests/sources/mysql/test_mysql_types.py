@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mysql_testkit import TestDb, drain
 
+from replicator.checkpoint import Checkpoints
 from replicator.events.model import Op
 from replicator.events.types import validate_column_type
 from replicator.sources.mysql.compat import read_time2
@@ -275,7 +276,7 @@ def test_every_type_round_trips(db: TestDb, make_source: Callable[..., Any]) -> 
         EMPTY.format(3),
     )
     src = make_source(db, tables=[f"{db.name}.alltypes"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     snap = drain(src)
     assert [e.op for e in snap] == [Op.READ, Op.READ, Op.READ]
     db.sql(
@@ -327,7 +328,7 @@ def test_zero_dates(db: TestDb, make_source: Callable[..., Any], policy: str) ->
     )
     db.sql(*zero)
     src = make_source(db, tables=[f"{db.name}.z", f"{db.name}.zk"], zero_dates=policy)
-    src.start({})
+    src.start(Checkpoints.at({}))
     snap = drain(src)
     db.sql("DELETE FROM z", "DELETE FROM zk", *zero)
     stream = drain(src)

@@ -22,6 +22,7 @@ sys.path[:0] = [str(HERE), str(HERE.parents[2])]
 
 import pg_testkit as kit  # noqa: E402
 
+from replicator.checkpoint import Checkpoints  # noqa: E402
 from replicator.sources.postgres.pgoutput import decode  # noqa: E402
 
 
@@ -86,7 +87,7 @@ def bench_e2e(rows: int) -> None:
                 " flag boolean)"
             )
         src = PostgresSource(pg.dsn, dead_letters=DeadLetterSink(None), progress=False)
-        src.start({})
+        src.start(Checkpoints.at({}))
         list(src.poll())  # empty snapshot
         with psycopg.connect(pg.dsn, autocommit=True) as c:
             c.execute(

@@ -10,6 +10,7 @@ import pg_testkit as kit
 import psycopg
 import pytest
 
+from replicator.checkpoint import Checkpoints
 from replicator.errors import FencedError, SourceSetupError
 from replicator.events.model import Op
 from replicator.sources.postgres import setup
@@ -28,7 +29,7 @@ def test_default_selection_and_publication(
         " CREATE TABLE public.nopk (x int)"
     )
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     published = sql(
         "SELECT schemaname || '.' || tablename FROM pg_publication_tables "
         "WHERE pubname = 'replicator' ORDER BY 1"
@@ -44,11 +45,11 @@ def test_table_without_key_hint_then_full_identity(
 ) -> None:
     sql("CREATE TABLE nopk (x int, y text); INSERT INTO nopk VALUES (1, 'a')")
     with pytest.raises(SourceSetupError) as err:
-        make_source(tables=["nopk"]).start({})
+        make_source(tables=["nopk"]).start(Checkpoints.at({}))
     assert err.value.hint == 'ALTER TABLE "public"."nopk" REPLICA IDENTITY FULL;'
     sql(err.value.hint)
     src = make_source(tables=["public.nopk"])
-    src.start({})
+    src.start(Checkpoints.at({}))
     assert [e.after for e in kit.drain(src)] == [{"x": 1, "y": "a"}]
     sql("UPDATE nopk SET y = 'b'; DELETE FROM nopk")
     upd, dele = kit.drain(src, lambda ev: len(ev) == 2)
@@ -62,7 +63,7 @@ def test_replica_identity_nothing_hint(
 ) -> None:
     sql("CREATE TABLE t (id int PRIMARY KEY); ALTER TABLE t REPLICA IDENTITY NOTHING")
     with pytest.raises(SourceSetupError) as err:
-        make_source().start({})
+        make_source().start(Checkpoints.at({}))
     assert err.value.hint == 'ALTER TABLE "public"."t" REPLICA IDENTITY DEFAULT;'
 
 
@@ -78,7 +79,7 @@ def test_unprivileged_role_follows_hints(
     for _ in range(5):
         src = make_source(dsn=app_dsn, tables=["public.t"])
         try:
-            src.start({})
+            src.start(Checkpoints.at({}))
             break
         except SourceSetupError as exc:
             assert exc.hint
@@ -111,7 +112,7 @@ def test_wal_level_hint() -> None:
 
 def test_unknown_table(make_source: Callable[..., Any]) -> None:
     with pytest.raises(SourceSetupError, match="does not exist"):
-        make_source(tables=["public.missing"]).start({})
+        make_source(tables=["public.missing"]).start(Checkpoints.at({}))
 
 
 def test_second_engine_is_fenced(
@@ -119,11 +120,11 @@ def test_second_engine_is_fenced(
 ) -> None:
     sql("CREATE TABLE t (id int PRIMARY KEY)")
     first = make_source()
-    first.start({})
+    first.start(Checkpoints.at({}))
     kit.drain(first)  # the (empty) snapshot
     list(first.poll())  # opens the stream: the slot is active
     with pytest.raises(FencedError) as err:
-        make_source().start({})
+        make_source().start(Checkpoints.at({}))
     assert "pg_terminate_backend" in (err.value.hint or "")
     # The server refuses a second streaming reader of an active slot, too.
     repl = ReplicationConnection(pg_dsn)
@@ -135,7 +136,7 @@ def test_second_engine_is_fenced(
     token = first.fencing_token
     first.close()
     second = make_source()
-    second.start({})
+    second.start(Checkpoints.at({}))
     assert second.fencing_token > token  # a later owner always holds a larger token
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pg_testkit as kit
 import pytest
 
+from replicator.checkpoint import Checkpoints
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.sources.postgres.changes import make_event
 from sample_dbs.postgres.server import SCHEMA_SQL
@@ -60,7 +61,7 @@ def test_toast_unchanged_values_are_filled(sql: Sql, make_source: Make) -> None:
     )
     sql("INSERT INTO docs VALUES (1, 'snap', %s)", (big + "1",))  # read by the snapshot
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("UPDATE docs SET title = 'from snapshot cache' WHERE id = 1")
     sql("INSERT INTO docs VALUES (2, 'new', %s)", (big + "2",))
@@ -89,7 +90,7 @@ def test_toast_unchanged_values_are_filled(sql: Sql, make_source: Make) -> None:
     sql("DELETE FROM docs WHERE id = 3")
     _marker(sql, 2)
     again = make_source(toast_cache_bytes=0)
-    again.start({"public.docs": last, "public.marker": last})
+    again.start(Checkpoints.at({"public.docs": last, "public.marker": last}))
     ev = [e for e in kit.drain(again, _until_marker(2)) if e.table == "public.docs"]
     assert [(e.op, (e.after or e.before)["id"]) for e in ev] == [(Op.UPDATE, 1), (Op.DELETE, 3)]
     assert ev[0].after["body"] == big + "1" and ev[0].after["title"] == "fetched"
@@ -100,7 +101,7 @@ def test_toast_unchanged_values_are_filled(sql: Sql, make_source: Make) -> None:
 def test_add_column_mid_stream_yields_new_schema(sql: Sql, make_source: Make) -> None:
     sql("CREATE TABLE t (id int PRIMARY KEY, a text)")
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("INSERT INTO t VALUES (1, 'x')")
     sql("ALTER TABLE t ADD COLUMN b numeric(6,2)")
@@ -117,7 +118,7 @@ def test_add_column_mid_stream_yields_new_schema(sql: Sql, make_source: Make) ->
 def test_multi_row_statements_and_transactions_keep_order(sql: Sql, make_source: Make) -> None:
     sql("CREATE TABLE a (id int PRIMARY KEY, v int); CREATE TABLE b (id int PRIMARY KEY)")
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("INSERT INTO a SELECT g, g FROM generate_series(1, 50) g")  # one statement, 50 rows
     sql(
@@ -149,7 +150,7 @@ def test_multi_row_statements_and_transactions_keep_order(sql: Sql, make_source:
 
 def _snapshot_model(make_source: Make) -> dict[Any, dict[str, Any]]:
     check = make_source(slot="check", publication="check")
-    check.start({})
+    check.start(Checkpoints.at({}))
     model: dict[Any, dict[str, Any]] = {}
     kit.apply(model, [e for e in kit.drain(check) if e.table != "public.marker"])
     check.close()
@@ -165,7 +166,7 @@ def test_snapshot_and_stream_overlap_give_each_row_once(
     work = Workload(pg_dsn, seed=3)
     work.seed_data(customers=30, products=20, orders=40)
     src = make_source(snapshot_chunk_rows=7, poll_max_messages=20)
-    src.start({})  # slot + exported snapshot: rows as of now
+    src.start(Checkpoints())  # slot + exported snapshot: rows as of now
     work.run(25)  # changes after the snapshot point: stream only
     model: dict[Any, dict[str, Any]] = {}
     snapshot_keys: set[Any] = set()
@@ -204,7 +205,7 @@ def test_interrupted_snapshot_resumes(
     first = make_source(
         snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state, progress=True
     )
-    first.start({})
+    first.start(Checkpoints.at({}))
     part = [e for e in list(first.poll()) if e.table == "public.t"]
     assert [e.after["id"] for e in part] == list(range(1, 26))
     first.acknowledge(part[-1].position)  # ids 1..25 are "in Iceberg"; chunk 1..20 complete
@@ -219,7 +220,7 @@ def test_interrupted_snapshot_resumes(
     )
     second = make_source(snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state)
     committed = {e.table: e.position for e in part}
-    second.start(committed)
+    second.start(Checkpoints.at(committed))
     resumed = []
     while second.snapshot_in_progress:
         resumed += list(second.poll())
@@ -240,7 +241,7 @@ def test_interrupted_snapshot_resumes(
 def test_restart_and_reconnect_skip_what_was_handed_out(sql: Sql, make_source: Make) -> None:
     sql("CREATE TABLE t (id int PRIMARY KEY, v int)")
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     for i in range(1, 7):
         sql("INSERT INTO t VALUES (%s, 0)", (i,))
@@ -259,7 +260,7 @@ def test_restart_and_reconnect_skip_what_was_handed_out(sql: Sql, make_source: M
     src.close()
     # A new process with what is committed in Iceberg (up to the 4th event).
     again = make_source()
-    again.start({"public.t": ev[3].position})
+    again.start(Checkpoints.at({"public.t": ev[3].position}))
     rest = kit.drain(again, lambda e: len(e) >= 3)
     assert [e.after["id"] for e in rest] == [5, 6, 7]
     assert again.stats.snapshot_rows == 0
@@ -269,7 +270,7 @@ def test_restart_and_reconnect_skip_what_was_handed_out(sql: Sql, make_source: M
 def test_truncate_is_dead_lettered(sql: Sql, make_source: Make, tmp_path: Path) -> None:
     sql("CREATE TABLE marker (n int PRIMARY KEY); CREATE TABLE t (id int PRIMARY KEY)")
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("INSERT INTO t VALUES (1); TRUNCATE t")
     _marker(sql, 1)
@@ -286,7 +287,7 @@ def test_toast_from_full_old_image(sql: Sql, make_source: Make) -> None:
     )
     sql("INSERT INTO d VALUES (1, 0, repeat('xyz', 2000))")
     src = make_source(toast_cache_bytes=0)  # no cache: only the old image can help
-    src.start({})
+    src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("UPDATE d SET n = 1")
     (e,) = kit.drain(src, lambda ev: len(ev) >= 1)

@@ -14,6 +14,7 @@ from typing import Any
 import pg_testkit as kit
 import pytest
 
+from replicator.checkpoint import Checkpoints
 from replicator.events.model import Op
 from replicator.sources.postgres.types import (
     PgTypeInfo,
@@ -37,7 +38,7 @@ def nm(p: int, s: int) -> int:
         (23, -1, "int", "integer"),
         (20, -1, "long", "bigint"),
         (1700, nm(10, 2), "decimal(10,2)", "numeric(10,2)"),
-        (1700, -1, "decimal(38,10)", "numeric"),
+        (1700, -1, "string", "numeric"),  # exact text: every value kept (issue 10 item 3)
         (1700, nm(50, 5), "string", "numeric(50,5)"),
         (1700, nm(3, -2), "decimal(5,0)", "numeric(3,-2)"),
         (1700, nm(2, 4), "decimal(4,4)", "numeric(2,4)"),
@@ -104,6 +105,9 @@ def test_unconstrained_numeric_rules() -> None:
         with pytest.raises(ValueError):
             conv(bad)
     assert TypeMapper(unconstrained_numeric="string").column("c", 1700, -1).spec.type == "string"
+    # The default: exact text, nothing rounded or rejected (issue 10 item 3).
+    free = TypeMapper().column("c", 1700, -1)
+    assert (free.spec.type, free.convert) == ("string", None)
 
 
 def test_timestamptz_normalised_to_utc() -> None:
@@ -153,7 +157,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "c_int": ("int", -2147483648),
     "c_bigint": ("long", 9223372036854775807),
     "c_numeric": ("decimal(10,3)", Decimal("12.345")),
-    "c_numeric_free": ("decimal(38,10)", Decimal("1.5")),
+    "c_numeric_free": ("string", "1.5"),
     "c_numeric_big": ("string", "1234567890123456789012345678901234567890.12345"),
     "c_real": ("float", 1.5),
     "c_double": ("double", 0.1),
@@ -182,8 +186,6 @@ EXPECTED: dict[str, tuple[str, Any]] = {
 BAD_ROWS = {  # id -> assignment that makes the row unrepresentable
     100: "c_date = 'infinity'",
     101: "c_ts = '10000-01-01 00:00:00'",
-    102: "c_numeric_free = 'NaN'",
-    103: "c_numeric_free = 0.00000000001",
     104: "c_tstz = '-infinity'",
     105: "c_date = '0044-03-15 BC'",
 }
@@ -206,7 +208,7 @@ def test_every_type_through_snapshot_and_stream(
     sql(ROW_SQL, (99,))
     sql("UPDATE all_types SET c_date = 'infinity' WHERE id = 99")  # bad row in the snapshot
     src = make_source()
-    src.start({})
+    src.start(Checkpoints.at({}))
     snap = kit.drain(src)
     assert [e.after["id"] for e in snap] == [1] and snap[0].op is Op.READ
     sql(ROW_SQL, (2,))
@@ -217,8 +219,19 @@ def test_every_type_through_snapshot_and_stream(
     for i, assignment in BAD_ROWS.items():
         sql(ROW_SQL, (i,))
         sql(f"UPDATE all_types SET {assignment} WHERE id = %s", (i,))  # type: ignore[str-format]
+    # Unconstrained numeric keeps every value exactly (these were dead letters before).
+    free = {102: "'NaN'", 103: "0.00000000001", 106: "'-Infinity'", 107: "1e100"}
+    for i, value in free.items():
+        sql(ROW_SQL, (i,))
+        sql(f"UPDATE all_types SET c_numeric_free = {value} WHERE id = %s", (i,))  # type: ignore[str-format]
     sql(ROW_SQL, (5,))
     events = kit.drain(src, lambda ev: any(e.after and e.after["id"] == 5 for e in ev))
+    free_after = {
+        e.after["id"]: e.after["c_numeric_free"]
+        for e in events
+        if e.op is Op.UPDATE and e.after["id"] in free
+    }
+    assert free_after == {102: "NaN", 103: "0.00000000001", 106: "-Infinity", 107: "1" + "0" * 100}
 
     snap_row, stream_row = snap[0], next(e for e in events if e.after and e.after["id"] == 2)
     for e in (snap_row, stream_row):

@@ -1,0 +1,172 @@
+"""Read the source on its own thread while the pipeline applies the previous batch.
+
+The reader thread is the only one that touches the source: it polls, hands events over in
+chunks through a bounded queue, and applies the acknowledgements the run loop passes to it
+between polls (so sources need no locking, and an acknowledgement still comes only after the
+commits it covers). While the run loop is busy and the queue is full, the thread stops
+polling and calls ``ChangeSource.keepalive()`` so the source connection is not dropped by the
+server (Postgres' ``wal_sender_timeout``) during a long apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.sources.base import ChangeSource
+
+log = logging.getLogger(__name__)
+
+CHUNK_EVENTS = 1024  # events per hand-over: one queue operation per chunk, not per event
+KEEPALIVE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Events:
+    """Events in source order; ``snapshot_in_progress`` as the source said after them."""
+
+    events: list[ChangeEvent]
+    snapshot_in_progress: bool
+
+
+@dataclass(frozen=True)
+class Idle:
+    """A poll returned nothing: everything the source had was handed over before this.
+    ``started``: when that poll began (``time.monotonic()``)."""
+
+    started: float = 0.0
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The source raised; everything it handed over before is in the queue ahead of this."""
+
+    error: BaseException
+
+
+Item = Events | Idle | Failed
+
+
+class SourceReader:
+    def __init__(
+        self,
+        source: ChangeSource,
+        *,
+        max_events: int,
+        idle_sleep: float = 0.5,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self.source = source
+        # Bound on events read ahead (at least one chunk): memory stays bounded.
+        self.max_chunks = max(1, max_events // CHUNK_EVENTS)
+        self.idle_sleep = idle_sleep
+        self.keepalive_seconds = keepalive_seconds
+        self._queue: queue.Queue[Item] = queue.Queue(maxsize=self.max_chunks + 2)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._ack_lock = threading.Lock()
+        self._ack: SourcePosition | None = None
+        self._thread = threading.Thread(target=self._run, name="source-reader", daemon=True)
+
+    # -- run loop side ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def items(self, timeout: float) -> Iterator[Item]:
+        """What the reader has handed over, waiting up to ``timeout`` for the first item."""
+        try:
+            yield self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            try:
+                yield self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def acknowledge(self, position: SourcePosition) -> None:
+        """Everything up to ``position`` is durable; the reader tells the source."""
+        with self._ack_lock:
+            self._ack = position
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop reading; the last acknowledgement reaches the source before this returns."""
+        self._stop.set()
+        self._wake.set()
+        while self._thread.is_alive():
+            self._drain()
+            self._thread.join(timeout=0.1)
+        self._drain()
+        self._deliver_ack()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    # -- reader thread ------------------------------------------------------------------------
+    def _deliver_ack(self) -> None:
+        with self._ack_lock:
+            ack, self._ack = self._ack, None
+        if ack is not None:
+            self.source.acknowledge(ack)
+
+    def _put(self, item: Item) -> bool:
+        """Hand over ``item``; while the run loop is busy, keep the source alive. False:
+        stopping."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=self.keepalive_seconds)
+                return True
+            except queue.Full:
+                self._deliver_ack()
+                self.source.keepalive()
+        return False
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._deliver_ack()
+                started = time.monotonic()
+                got = self._read_one_poll()
+                if got is None:
+                    return
+                if got == 0:
+                    if not self._put(Idle(started)):
+                        return
+                    self._wake.wait(self.idle_sleep)
+                    self._wake.clear()
+        except BaseException as exc:  # noqa: BLE001 - handed to the run loop, which raises it
+            self._put(Failed(exc))
+
+    def _read_one_poll(self) -> int | None:
+        """One poll of the source, handed over in chunks (blocking, with keepalives, while the
+        queue is full: the poll generator waits suspended, as sources allow). None: stopping."""
+        got = 0
+        chunk: list[ChangeEvent] = []
+        try:
+            for ev in self.source.poll():
+                chunk.append(ev)
+                got += 1
+                if len(chunk) >= CHUNK_EVENTS:
+                    if not self._put(Events(chunk, self._snapshot_in_progress())):
+                        return None
+                    chunk = []
+                    self._deliver_ack()
+        finally:
+            # Also when the source raises: what it handed out before comes first (the run
+            # loop commits the complete transactions among them, then raises).
+            if chunk and not self._put(Events(chunk, self._snapshot_in_progress())):
+                return None  # noqa: B012 - stopping: nothing left to hand over
+        return got
+
+    def _snapshot_in_progress(self) -> bool:
+        return bool(getattr(self.source, "snapshot_in_progress", False))

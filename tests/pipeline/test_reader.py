@@ -1,0 +1,118 @@
+"""The source reader thread: order, hand-over on failure, acknowledgements on its thread,
+keepalives while the run loop is busy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from replicator.checkpoint import Checkpoints
+from replicator.errors import SchemaChangeError
+from replicator.events.deadletter import DeadLetterSink
+from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.pipeline.reader import CHUNK_EVENTS, Events, Failed, Idle, SourceReader
+from replicator.sources.base import ChangeSource
+
+
+def event(i: int) -> ChangeEvent:
+    return ChangeEvent(table="t", op=Op.CREATE, after={"id": i},
+                       position=SourcePosition(source="x", parts=(i,)))
+
+
+class Scripted(ChangeSource):
+    """Hands out ``polls`` one poll at a time, then empty polls; may raise after one."""
+
+    kind = "scripted"
+    keepalive_seconds = 0.05
+
+    def __init__(self, polls: list[list[int]], fail_after: int | None = None) -> None:
+        super().__init__(DeadLetterSink(None))
+        self.polls = polls
+        self.fail_after = fail_after
+        self.acks: list[tuple[SourcePosition, str]] = []
+        self.keepalives = 0
+
+    def start(self, checkpoints: Checkpoints) -> None:
+        pass
+
+    def poll(self) -> Iterator[ChangeEvent]:
+        if not self.polls:
+            return
+        for i in self.polls.pop(0):
+            yield event(i)
+            if self.fail_after is not None and i == self.fail_after:
+                raise SchemaChangeError("renamed", table="t")
+
+    def acknowledge(self, position: SourcePosition) -> None:
+        self.acks.append((position, threading.current_thread().name))
+
+    def keepalive(self) -> None:
+        self.keepalives += 1
+
+
+def drain(reader: SourceReader, until: type, limit: float = 10.0) -> list[object]:
+    got: list[object] = []
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for item in reader.items(timeout=0.1):
+            got.append(item)
+            if isinstance(item, until):
+                return got
+    raise AssertionError(f"no {until.__name__} within {limit}s: {got}")
+
+
+def ids(items: list[object]) -> list[int]:
+    return [e.after["id"] for it in items if isinstance(it, Events) for e in it.events]  # type: ignore[index]
+
+
+def test_events_in_order_then_idle() -> None:
+    src = Scripted([list(range(3000)), list(range(3000, 3010))])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    reader.start()
+    try:
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    assert ids(items) == list(range(3010))
+    assert max(len(it.events) for it in items if isinstance(it, Events)) == CHUNK_EVENTS
+
+
+def test_events_read_before_a_failure_come_before_it() -> None:
+    src = Scripted([[1, 2, 3, 4]], fail_after=3)
+    reader = SourceReader(src, max_events=1000)
+    reader.start()
+    try:
+        items = drain(reader, Failed)
+    finally:
+        reader.stop()
+    assert ids(items) == [1, 2, 3]
+    assert isinstance(items[-1], Failed) and isinstance(items[-1].error, SchemaChangeError)
+
+
+def test_acknowledgements_reach_the_source_on_the_reader_thread_or_at_stop() -> None:
+    src = Scripted([[1, 2]])
+    reader = SourceReader(src, max_events=1000, idle_sleep=0.01)
+    reader.start()
+    drain(reader, Idle)
+    reader.acknowledge(SourcePosition(source="x", parts=(1,)))
+    deadline = time.monotonic() + 5
+    while not src.acks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reader.acknowledge(SourcePosition(source="x", parts=(2,)))
+    reader.stop()
+    assert [p.parts for p, _ in src.acks] == [(1,), (2,)]  # the last one is never lost
+    assert src.acks[0][1] == "source-reader"
+
+
+def test_keepalive_while_the_run_loop_is_busy() -> None:
+    src = Scripted([list(range(20 * CHUNK_EVENTS))])
+    reader = SourceReader(src, max_events=CHUNK_EVENTS, keepalive_seconds=0.05)
+    reader.start()
+    deadline = time.monotonic() + 20  # the run loop is "applying": nobody takes items
+    while src.keepalives < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert src.keepalives >= 3
+    items = drain(reader, Idle)
+    reader.stop()
+    assert ids(items) == list(range(20 * CHUNK_EVENTS))

@@ -1,0 +1,108 @@
+"""The package map of docs/architecture.md, enforced: layers import downward only, and no
+module import cycles anywhere in the engine's packages."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ops_mapping", "spark", "replicator")
+
+# Lower rank = lower layer. A module may import its own layer or lower ones only.
+RANK = {
+    "ops_mapping": 0,
+    "replicator": 0,  # the package root: version only
+    "replicator.errors": 1,
+    "replicator.secrets": 1,
+    "replicator.retry": 2,
+    "replicator.config": 2,
+    "replicator.events": 2,
+    "replicator.crashpoints": 2,
+    "replicator.checkpoint": 3,
+    "spark": 3,
+    "replicator.iceberg": 4,
+    "replicator.sources": 5,
+    "replicator.maintenance": 6,
+    "replicator.pipeline": 7,
+    "replicator.metrics": 7,
+    "replicator.verify": 8,
+    "replicator.cli": 9,
+}
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "replicator" and len(parts) > 1:
+        return f"replicator.{parts[1]}"
+    return parts[0]
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            me = module_name(path)
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                targets: list[str] = []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    targets = [node.module]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                graph[me].update(t for t in targets if t.split(".")[0] in PACKAGES)
+    return graph
+
+
+def test_every_layer_is_known() -> None:
+    unknown = {layer(m) for m in import_graph()} - set(RANK)
+    assert not unknown, f"add these packages to RANK (and docs/architecture.md): {unknown}"
+
+
+def test_layers_import_downward_only() -> None:
+    upward = sorted(
+        f"{src} imports {dst}"
+        for src, dsts in import_graph().items()
+        for dst in dsts
+        if RANK[layer(dst)] > RANK[layer(src)]
+    )
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_module_import_cycles() -> None:
+    graph = import_graph()
+    modules = set(graph)
+
+    def resolve(target: str) -> str | None:
+        # "from pkg.mod import name" names a module or something inside one
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    edges = {m: {r for t in ts if (r := resolve(t)) and r != m} for m, ts in graph.items()}
+    # A package's __init__ re-exporting its own modules is not a cycle worth failing on.
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in edges.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in edges.get(m, ()):
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
