@@ -75,7 +75,7 @@ class DataSlice:
 
     @property
     def num_rows(self) -> int:
-        return self.rows.num_rows
+        return int(self.rows.num_rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -331,7 +331,7 @@ def _check_schema(key_columns: tuple[str, ...], data_schema: pa.Schema) -> None:
 def _key_values(arrays: list[pa.Array]) -> list[Any]:
     """Python key per row: the bare value for one key column, else a tuple."""
     if len(arrays) == 1:
-        return arrays[0].to_pylist()
+        return cast(list[Any], arrays[0].to_pylist())
     return list(zip(*(a.to_pylist() for a in arrays), strict=True))
 
 

@@ -139,7 +139,7 @@ class IcebergConfig(_Strict):
         return " ".join(parts)
 
 
-def _as_properties(mapping: dict, where: str) -> dict[str, Any]:
+def _as_properties(mapping: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         name = f"{where}{key}"
@@ -238,7 +238,7 @@ def _expand_env(value: Any, where: tuple[str, ...]) -> Any:
     return _ENV_REF.sub(sub, value)
 
 
-def _resolve_paths(raw: dict, base: Path) -> None:
+def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
     src = raw.get("source")
     if isinstance(src, dict) and isinstance(src.get("path"), str):
         src["path"] = str((base / src["path"]).resolve())

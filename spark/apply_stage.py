@@ -114,7 +114,7 @@ def _stats_dict(stats: MappingStats) -> dict[str, int]:
     return {k: int(v) for k, v in dataclasses.asdict(stats).items()}
 
 
-def _collect(rows: list[dict]) -> StageResult:
+def _collect(rows: list[dict[str, Any]]) -> StageResult:
     for r in rows:
         if r["content"] == CONTENT_STORAGE_ERROR:
             raise StageStorageError(r["path"])

@@ -37,7 +37,7 @@ S3_MAX_ATTEMPTS = 10
 S3_SCHEMES = ("s3", "s3a", "s3n")
 
 
-class PatientS3RetryStrategy(pafs.AwsDefaultS3RetryStrategy):
+class PatientS3RetryStrategy(pafs.AwsDefaultS3RetryStrategy):  # type: ignore[misc]
     """The AWS SDK's default strategy (exponential from 25 ms) with 10 attempts instead of 3:
     about 13 s of backoff for throttling, 5xx, timeouts and dropped connections. pyiceberg
     instantiates it by name from ``s3.retry-strategy-impl``."""

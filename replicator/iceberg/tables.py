@@ -34,7 +34,9 @@ from replicator.config import IcebergConfig
 from replicator.errors import ConfigError, SchemaChangeError
 from replicator.events.model import TableSchema
 from replicator.events.types import can_promote, parse_decimal
-from replicator.iceberg.catalog import open_catalog  # noqa: F401  (re-exported: callers import it from here)
+from replicator.iceberg.catalog import (
+    open_catalog as open_catalog,  # re-exported: callers import it from here
+)
 
 log = logging.getLogger(__name__)
 

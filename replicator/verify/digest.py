@@ -44,7 +44,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal
 from functools import cached_property
 from hashlib import blake2b
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -133,11 +133,11 @@ def canon_python(engine_type: str) -> Canon | None:
 def canon_arrow(arr: pa.Array | pa.ChunkedArray, engine_type: str) -> list[Any]:
     """An Arrow column (as Spark hands it to Python) -> canonical values."""
     if engine_type == "date":
-        return arr.cast(pa.int32()).to_pylist()  # date32 is days since the epoch
+        return cast(list[Any], arr.cast(pa.int32()).to_pylist())  # date32 is days since the epoch
     if engine_type in ("timestamp", "timestamptz"):
         tz = arr.type.tz if pa.types.is_timestamp(arr.type) else None
-        return arr.cast(pa.timestamp("us", tz=tz)).cast(pa.int64()).to_pylist()
-    values = arr.to_pylist()
+        return cast(list[Any], arr.cast(pa.timestamp("us", tz=tz)).cast(pa.int64()).to_pylist())
+    values: list[Any] = arr.to_pylist()
     fn = canon_python(engine_type)
     if fn is None:
         return values

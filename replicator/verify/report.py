@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -67,10 +68,11 @@ def to_text(report: DiffReport) -> str:
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=False)]
     right = {2, 3, 4, 5, 6}
-    fmt = lambda cells: "  ".join(  # noqa: E731
-        c.rjust(w) if i in right else c.ljust(w)
-        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-    ).rstrip()
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
     lines.append(fmt(head))
     lines.append("  ".join("-" * w for w in widths))
     lines += [fmt(r) for r in rows]

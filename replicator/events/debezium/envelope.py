@@ -40,7 +40,7 @@ the others the caller (who can look ahead) decides ``last_in_tx``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 
@@ -70,9 +70,9 @@ def row_struct(value_schema: Any) -> list[Any]:
             if type(f) is dict and f.get("type") == "struct":
                 which = f.get("field")
                 if which == "after" and type(f.get("fields")) is list:
-                    return f["fields"]
+                    return cast(list[Any], f["fields"])
                 if which == "before" and type(f.get("fields")) is list:
-                    fallback = f["fields"]
+                    fallback = cast(list[Any], f["fields"])
         if fallback is not None:
             return fallback
     raise Bad("the value schema is not a Debezium envelope (no 'after'/'before' struct)")

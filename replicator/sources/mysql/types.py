@@ -287,7 +287,7 @@ def format_time(td: timedelta) -> str:
 
 
 def _to_bool(v: Any) -> bool:
-    return v != 0
+    return bool(v != 0)
 
 
 def _decimal_text(v: Decimal) -> str:
