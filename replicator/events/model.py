@@ -10,12 +10,13 @@ source-independent.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import total_ordering
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from replicator.events.types import validate_column_type
 
@@ -30,19 +31,32 @@ class Op(StrEnum):
     TRUNCATE = "t"  # every row of the table is gone at this position (no images)
 
 
+_setattr = object.__setattr__  # the immutable classes below set their slots once, in __init__
+
+
 @total_ordering
-class SourcePosition(BaseModel):
+class SourcePosition:
     """A totally ordered place in a source's change log.
 
     ``parts`` is compared as a tuple, so every position of one source kind must use the same
     shape, e.g. Postgres ``(commit_lsn, index_in_tx)``, MySQL ``(binlog_file, pos, row)``,
-    files ``(file_name, line)``.
+    files ``(file_name, line)``. Immutable; built once per event on the hot path, hence a
+    slotted class and not a validated model.
     """
 
-    model_config = ConfigDict(frozen=True)
-
+    __slots__ = ("source", "parts")
     source: str
     parts: tuple[int | str, ...]
+
+    def __init__(self, source: str, parts: tuple[int | str, ...]) -> None:
+        _setattr(self, "source", source)
+        _setattr(self, "parts", parts if type(parts) is tuple else tuple(parts))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"SourcePosition is immutable (tried to set {name})")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickling (Spark, multiprocessing)
+        return (SourcePosition, (self.source, self.parts))
 
     def _key(self, other: SourcePosition) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         if other.source != self.source:
@@ -62,6 +76,9 @@ class SourcePosition(BaseModel):
 
     def __hash__(self) -> int:
         return hash((self.source, self.parts))
+
+    def __repr__(self) -> str:
+        return f"SourcePosition(source={self.source!r}, parts={self.parts!r})"
 
     def to_json(self) -> str:
         return orjson.dumps({"source": self.source, "parts": list(self.parts)}).decode()
@@ -119,33 +136,93 @@ class TableSchema(BaseModel):
         return tuple(c.name for c in self.columns)
 
 
-class ChangeEvent(BaseModel):
+_NEEDS_AFTER = frozenset((Op.CREATE, Op.READ, Op.UPDATE))
+
+
+class ChangeEvent:
     """One row change, in the order the source committed it.
 
     ``before`` must hold at least the key columns for ``u`` and ``d`` (it may be None for
     ``u`` when the key did not change: the ``after`` key is used). ``after`` holds the full
-    new row for ``c``, ``r`` and ``u``.
+    new row for ``c``, ``r`` and ``u``; ``t`` (truncate) has neither.
+
+    One constructor for every caller, sources' hot paths included: a slotted immutable class
+    whose only check is the two image rules (the row mappings are taken as given, not copied:
+    copying them cost a validated model about 6x with 10 columns).
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
+    __slots__ = ("table", "op", "before", "after", "position", "schema_", "ts_ms", "tx_id", "last_in_tx")
     table: str
     op: Op
-    before: Mapping[str, Any] | None = None
-    after: Mapping[str, Any] | None = None
+    before: Mapping[str, Any] | None
+    after: Mapping[str, Any] | None
     position: SourcePosition
-    schema_: TableSchema | None = Field(default=None, alias="schema")
-    ts_ms: int | None = None
-    tx_id: str | None = None  # events of one source transaction share it
-    last_in_tx: bool = False  # True on the last event of its transaction, when known
+    schema_: TableSchema | None
+    ts_ms: int | None
+    tx_id: str | None  # events of one source transaction share it
+    last_in_tx: bool  # True on the last event of its transaction, when known
 
-    @model_validator(mode="after")
-    def _check_images(self) -> ChangeEvent:
-        if self.op in (Op.CREATE, Op.READ, Op.UPDATE) and self.after is None:
-            raise ValueError(f"op {self.op.value!r} needs an 'after' image")
-        if self.op is Op.DELETE and self.before is None:
+    def __init__(
+        self,
+        table: str,
+        op: Op,
+        before: Mapping[str, Any] | None = None,
+        after: Mapping[str, Any] | None = None,
+        *,
+        position: SourcePosition,
+        schema: TableSchema | None = None,
+        ts_ms: int | None = None,
+        tx_id: str | None = None,
+        last_in_tx: bool = False,
+    ) -> None:
+        if after is None and op in _NEEDS_AFTER:
+            raise ValueError(f"op {op.value!r} needs an 'after' image")
+        if before is None and op is Op.DELETE:
             raise ValueError("op 'd' needs a 'before' image")
-        return self
+        _setattr(self, "table", table)
+        _setattr(self, "op", op)
+        _setattr(self, "before", before)
+        _setattr(self, "after", after)
+        _setattr(self, "position", position)
+        _setattr(self, "schema_", schema)
+        _setattr(self, "ts_ms", ts_ms)
+        _setattr(self, "tx_id", tx_id)
+        _setattr(self, "last_in_tx", last_in_tx)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"ChangeEvent is immutable (tried to set {name}); use replace()")
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.table, self.op, self.before, self.after, self.position, self.schema_,
+                self.ts_ms, self.tx_id, self.last_in_tx)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChangeEvent):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # rows are dicts: events are not hashable
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickling (Spark, multiprocessing)
+        return (_rebuild_event, self._fields())
+
+    def __repr__(self) -> str:
+        return (f"ChangeEvent(table={self.table!r}, op={self.op.value!r}, before={self.before!r}, "
+                f"after={self.after!r}, position={self.position!s}, tx_id={self.tx_id!r}, "
+                f"last_in_tx={self.last_in_tx!r})")  # fmt: skip
+
+    def replace(self, **changes: Any) -> ChangeEvent:
+        """A copy with some fields changed (``schema`` for the schema), checked like a new one."""
+        values: dict[str, Any] = {
+            "table": self.table, "op": self.op, "before": self.before, "after": self.after,
+            "position": self.position, "schema": self.schema_, "ts_ms": self.ts_ms,
+            "tx_id": self.tx_id, "last_in_tx": self.last_in_tx,
+        }  # fmt: skip
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise TypeError(f"ChangeEvent has no field(s) {sorted(unknown)}")
+        values.update(changes)
+        return ChangeEvent(**values)
 
     def key(self, key_columns: tuple[str, ...], *, image: str = "auto") -> tuple[Any, ...]:
         """The primary key of this event (``before`` for deletes, else ``after``)."""
@@ -156,48 +233,18 @@ class ChangeEvent(BaseModel):
         return tuple(row.get(k) for k in key_columns)
 
 
-_setattr = object.__setattr__
-_EVENT_FIELDS = frozenset(ChangeEvent.model_fields)
-
-
-def trusted_event(
-    source: str,
-    table: str,
-    op: Op,
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-    parts: tuple[int | str, ...],
-    schema: TableSchema | None,
-    ts_ms: int | None,
-    tx_id: str | None,
+def _rebuild_event(
+    table: str, op: Op, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+    position: SourcePosition, schema: TableSchema | None, ts_ms: int | None, tx_id: str | None,
     last_in_tx: bool,
-) -> ChangeEvent:
-    """A ChangeEvent built without pydantic re-validation, for source hot paths.
-
-    The validated constructor copies both row dicts (about 6x the cost with 10 columns),
-    which caps a source at ~60k events/s. Callers uphold the invariants themselves ('after'
-    for c/r/u, 'before' for d); tests compare the result with the validated constructor.
-    """
-    pos = object.__new__(SourcePosition)
-    _setattr(pos, "__dict__", {"source": source, "parts": parts})
-    _setattr(pos, "__pydantic_fields_set__", {"source", "parts"})
-    _setattr(pos, "__pydantic_extra__", None)
-    _setattr(pos, "__pydantic_private__", None)
-    ev = object.__new__(ChangeEvent)
-    _setattr(ev, "__dict__", {
-        "table": table, "op": op, "before": before, "after": after, "position": pos,
-        "schema_": schema, "ts_ms": ts_ms, "tx_id": tx_id, "last_in_tx": last_in_tx,
-    })  # fmt: skip
-    _setattr(ev, "__pydantic_fields_set__", set(_EVENT_FIELDS))
-    _setattr(ev, "__pydantic_extra__", None)
-    _setattr(ev, "__pydantic_private__", None)
-    return ev
+) -> ChangeEvent:  # fmt: skip
+    return ChangeEvent(table, op, before, after, position=position, schema=schema, ts_ms=ts_ms,
+                       tx_id=tx_id, last_in_tx=last_in_tx)  # fmt: skip
 
 
-class ChangeBatch(BaseModel):
+@dataclass(frozen=True, slots=True)
+class ChangeBatch:
     """Events closed at a transaction boundary, grouped per table, in source order."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     events: Mapping[str, tuple[ChangeEvent, ...]]
     end_position: SourcePosition

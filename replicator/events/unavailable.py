@@ -248,8 +248,7 @@ def _filled(ev: ChangeEvent, image: Mapping[str, Any] | None, keys: tuple[str, .
     if has_unavailable(before):
         assert before is not None
         before = _fill_row(ev, before, image, keys, "before")
-    # One place that builds the changed event (the event model's copy-with-update).
-    return ev.model_copy(update={"after": after, "before": before})
+    return ev.replace(after=after, before=before)
 
 
 def _fill_row(

@@ -307,8 +307,8 @@ def test_filtered_tables_and_decode() -> None:
     assert isinstance(change, DecodedChange)
     ev = parser.to_event(change, _pos("m", 2), last_in_tx=True)
     assert ev.last_in_tx and ev.tx_id == change.tx_id
-    # the event is a normal, fully valid ChangeEvent
-    assert ChangeEvent.model_validate(ev.model_dump(by_alias=True)) == ev
+    assert ev == ChangeEvent(ev.table, ev.op, ev.before, ev.after, position=ev.position,
+                             schema=ev.schema_, ts_ms=ev.ts_ms, tx_id=ev.tx_id, last_in_tx=True)
 
 
 def test_default_table_and_envelope_name_fallback() -> None:

@@ -242,16 +242,15 @@ class DebeziumParser:
     def to_event(
         change: DecodedChange, position: SourcePosition, *, last_in_tx: bool | None = None
     ) -> ChangeEvent:
-        """Build the event without re-validation: ``decode`` already checked the invariants
-        ChangeEvent's validator would (op enum, images present, key columns present).
-        ``last_in_tx=None`` means: True exactly when the event has no transaction."""
+        """The event at ``position``. ``last_in_tx=None`` means: True exactly when the event
+        has no transaction."""
         if last_in_tx is None:
             last_in_tx = change.tx_id is None
-        return ChangeEvent.model_construct(
-            table=change.table,
-            op=change.op,
-            before=change.before,
-            after=change.after,
+        return ChangeEvent(
+            change.table,
+            change.op,
+            change.before,
+            change.after,
             position=position,
             schema=change.schema,
             ts_ms=change.ts_ms,

@@ -37,7 +37,7 @@ from pymysqlreplication.row_event import (
 
 from replicator.errors import BadInputError, SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, trusted_event
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.mysql import compat, setup
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
@@ -78,8 +78,10 @@ def make_event(
     tx_id: str | None,
     last: bool,
 ) -> ChangeEvent:
-    """A mysql ChangeEvent without re-validation (see ``trusted_event``)."""
-    return trusted_event("mysql", table, op, before, after, parts, schema, ts_ms, tx_id, last)
+    return ChangeEvent(
+        table, op, before, after, position=SourcePosition("mysql", parts), schema=schema,
+        ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
+    )
 
 
 @dataclass

@@ -18,7 +18,7 @@ import orjson
 
 from replicator.errors import BadInputError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, trusted_event
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.postgres.pgoutput import (
     PG_EPOCH_US,
     UNCHANGED_TOAST,
@@ -55,8 +55,10 @@ def make_event(
     tx_id: str | None,
     last: bool,
 ) -> ChangeEvent:
-    """A postgres ChangeEvent without re-validation (see ``trusted_event``)."""
-    return trusted_event("postgres", table, op, before, after, parts, schema, ts_ms, tx_id, last)
+    return ChangeEvent(
+        table, op, before, after, position=SourcePosition("postgres", parts), schema=schema,
+        ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
+    )
 
 
 @dataclass
