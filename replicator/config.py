@@ -164,10 +164,60 @@ class BatchConfig(_Strict):
     linger_seconds: Annotated[float, Field(ge=0)] = 1.0
 
 
+class SparkConfig(_Strict):
+    """Where the apply stage runs: a local Spark (default) or a cluster the user runs."""
+
+    master: str | None = Field(
+        default=None,
+        description="local[N], spark://host:7077, yarn, k8s://https://...; unset: a local Spark",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="free-form Spark settings, e.g. spark.executor.memory"
+    )
+    staging: str | None = Field(
+        default=None,
+        description="where staged batches go; on a cluster a location every executor reads: "
+        "s3://bucket/prefix or file:///path on a filesystem every node mounts",
+    )
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _conf_strings(cls, value: Any) -> Any:
+        # YAML gives numbers and booleans; Spark takes every setting as a string.
+        if isinstance(value, dict):
+            return {
+                str(k): ("true" if v is True else "false" if v is False else str(v))
+                if isinstance(v, bool | int | float) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @property
+    def local(self) -> bool:
+        return self.master is None or self.master.startswith("local")
+
+    @model_validator(mode="after")
+    def _staging_reachable(self) -> SparkConfig:
+        if self.master is not None and self.master.strip() == "":
+            raise ValueError("spark.master is empty (leave it out for a local Spark)")
+        if not self.local and (self.staging is None or "://" not in self.staging):
+            where = "is not set (the default is the state_dir on this machine)" if self.staging is None else (
+                f"is the local path {self.staging!r}")  # fmt: skip
+            raise ValueError(
+                f"spark.staging {where}, but spark.master={self.master!r} runs tasks on other "
+                "machines that cannot read it: give s3://bucket/prefix (object storage) or "
+                "file:///path on a filesystem every node mounts"
+            )
+        if "spark.master" in self.conf:
+            raise ValueError("set the master with spark.master, not spark.conf['spark.master']")
+        return self
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
+    spark: SparkConfig = SparkConfig()
     state_dir: Path = Field(Path(".replicator"), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 
@@ -260,6 +310,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             cat.pop("uri", None)
     if isinstance(raw.get("state_dir"), str):
         raw["state_dir"] = str((base / raw["state_dir"]).resolve())
+    spark = raw.get("spark")
+    if isinstance(spark, dict) and isinstance(spark.get("staging"), str) and "://" not in spark["staging"]:
+        spark["staging"] = str((base / spark["staging"]).resolve())
 
 
 def _absolute_sqlite(uri: Any, base: Path) -> Any:

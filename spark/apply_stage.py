@@ -27,7 +27,9 @@ from pyarrow import fs as pafs
 
 from ops_mapping import SEQ_COLUMN as SEQ
 from ops_mapping import BatchMapper, MappingPolicy, MappingStats
+from spark.faults import maybe_lose_executor
 from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
+from spark.object_storage import open_input
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -132,25 +134,43 @@ class StageTask:
     """One table's part of a batch: its staged events (Parquet, in sequence order) and how
     to map and write them."""
 
-    staged_path: str
+    staged_path: str  # a local path (local mode) or a URI every executor reads
     spec: StageSpec
+    # FileIO properties for a staged URI on object storage: secrets, kept out of repr.
+    io_properties: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 STAGE_READ_ROWS = 65_536
 
 
 def _run_task(task: StageTask) -> list[dict[str, Any]]:
-    fs, path = pafs.FileSystem.from_uri(task.staged_path) if "://" in task.staged_path else (
-        pafs.LocalFileSystem(), task.staged_path)  # fmt: skip
-    with fs.open_input_file(path) as fh:
+    if "://" in task.staged_path:
+        fh = open_input(task.staged_path, task.io_properties)
+    else:
+        fh = pafs.LocalFileSystem().open_input_file(task.staged_path)
+    with fh:
         batches = pq.ParquetFile(fh).iter_batches(batch_size=STAGE_READ_ROWS)
         out = list(_worker(task.spec)(batches))
     return pa.Table.from_batches(out, schema=RESULT_SCHEMA).to_pylist() if out else []
 
 
+def _for_attempt(task: StageTask, attempt: int) -> StageTask:
+    """A retried Spark task (executor lost) writes under its own file names: the lost
+    attempt's files, maybe half written, are never the ones the driver commits."""
+    if attempt == 0:
+        return task
+    writer = dataclasses.replace(task.spec.writer, batch_id=f"{task.spec.writer.batch_id}-a{attempt}")
+    return dataclasses.replace(task, spec=dataclasses.replace(task.spec, writer=writer))
+
+
 def _run_partition(items: Iterable[tuple[int, StageTask]]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx is not None else 0
     for index, task in items:
-        yield index, _run_task(task)
+        maybe_lose_executor(attempt)
+        yield index, _run_task(_for_attempt(task, attempt))
 
 
 def apply_batch_with_spark(spark: Any, tasks: Sequence[StageTask]) -> list[StageResult]:

@@ -16,6 +16,7 @@ gives it enough attempts (about 13 s of backoff) to ride out a short outage or t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from collections.abc import Mapping
@@ -72,6 +73,21 @@ def open_output(location: str, properties: Mapping[str, str]) -> NativeFile:
     io = _file_io(tuple(sorted(properties.items())), scheme)
     stream: NativeFile = io.new_output(location).create(overwrite=True)
     return stream
+
+
+def open_input(location: str, properties: Mapping[str, str]) -> NativeFile:
+    """``location`` (a URI) opened for random access through pyiceberg's FileIO."""
+    scheme = urlparse(location).scheme or "file"
+    io = _file_io(tuple(sorted(properties.items())), scheme)
+    stream: NativeFile = io.new_input(location).open(seekable=True)
+    return stream
+
+
+def delete_file(location: str, properties: Mapping[str, str]) -> None:
+    """Remove ``location`` (a URI); a file that is already gone is fine."""
+    scheme = urlparse(location).scheme or "file"
+    with contextlib.suppress(FileNotFoundError):
+        _file_io(tuple(sorted(properties.items())), scheme).delete(location)
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,6 +1,10 @@
-"""One shared local Spark session with Iceberg Java, for the whole process.
+"""One shared Spark session with Iceberg Java, for the whole process.
 
-Start-up costs ~5 s, so every caller shares the singleton from :func:`get_spark`.
+Start-up costs ~5 s, so every caller shares the singleton from :func:`get_spark`. It runs
+locally (``local[2]``) unless :func:`use_cluster` named a master first (``spark://``, ``yarn``,
+``k8s://``): then the jars go to executors through ``spark.jars`` and our Python packages
+(ops_mapping, spark, replicator) as one zip through ``addPyFile``, so workers need only
+pyspark and the pinned Python packages.
 Tables can be read straight from a metadata file, without any catalog:
 ``spark.read.format("iceberg").load(".../metadata/00003-....metadata.json")``.
 """
@@ -48,6 +52,41 @@ logger.strutils.level = error
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _tmp_dir: Path | None = None
+DEFAULT_MASTER = "local[2]"
+_master = DEFAULT_MASTER
+_extra_conf: dict[str, str] = {}
+# The packages a task imports (the stage worker, the mapper, the file writer and what they use).
+SHIPPED_PACKAGES = ("ops_mapping", "spark", "replicator")
+
+
+def use_cluster(master: str, conf: dict[str, str] | None = None) -> None:
+    """Run the session on ``master`` with extra Spark settings (before the first
+    :func:`get_spark`; a running session with other settings is an error)."""
+    global _master, _extra_conf
+    with _lock:
+        wanted = (master, dict(conf or {}))
+        if _session is not None and (_master, _extra_conf) != wanted:
+            raise RuntimeError(
+                f"the Spark session already runs on {_master!r}; settings must be given before it starts"
+            )
+        _master, _extra_conf = wanted
+
+
+def is_local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def _package_zip(tmp_dir: Path) -> Path:
+    """Our packages as one zip for executors (sources only, no caches)."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_dir / "replicator-py.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for pkg in SHIPPED_PACKAGES:
+            for path in sorted((root / pkg).rglob("*.py")):
+                zf.write(path, path.relative_to(root).as_posix())
+    return out
 
 
 def _make_tmp_dir() -> Path:
@@ -73,9 +112,9 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
     extra = os.environ.get("REPLICATOR_SPARK_JAVA_OPTS", "").strip()
     if extra:
         java_opts += " " + extra
-    return {
+    conf = {
         "spark.app.name": app_name,
-        "spark.master": "local[2]",
+        "spark.master": _master,
         "spark.jars": ",".join(runtime_jars()),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         # s3:// (as pyiceberg writes table locations) is served by Hadoop S3A, when its jars
@@ -102,10 +141,17 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
         # Python workers (UDFs, parallelize) must use this interpreter, not a system one.
         "spark.pyspark.python": sys.executable,
     }
+    if not is_local(_master):
+        # Executors are separate JVMs: give them the same log config, and let tasks be
+        # retried on another executor when one is lost (local mode never retries).
+        conf["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{tmp_dir / 'log4j2.properties'}"
+        conf["spark.task.maxFailures"] = "4"
+    conf.update(_extra_conf)  # the user's settings win
+    return conf
 
 
 def get_spark(app_name: str = "replicator") -> SparkSession:
-    """Process-wide local Spark session with the Iceberg runtime (created on first call)."""
+    """Process-wide Spark session with the Iceberg runtime (created on first call)."""
     global _session, _tmp_dir
     with _lock:
         if _session is not None and _is_alive(_session):
@@ -118,12 +164,15 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
         # Local mode reads the worker interpreter from PYSPARK_PYTHON (the conf key below is
         # only honoured by spark-submit); without it workers run a system python3 that lacks
         # pyarrow and the project.
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+        conf = spark_conf(app_name, _tmp_dir)
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
         builder = SparkSession.builder
-        for key, value in spark_conf(app_name, _tmp_dir).items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
+        if not is_local(_master):
+            session.sparkContext.addPyFile(str(_package_zip(_tmp_dir)))
         _session = session
         return session
 

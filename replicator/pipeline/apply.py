@@ -64,7 +64,7 @@ from spark.file_writer import (
     CONTENT_POSITION_DELETES,
     WriterSpec,
 )
-from spark.object_storage import file_io_properties
+from spark.object_storage import delete_file, file_io_properties, open_output
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,9 @@ class ApplyEnv:
     target_file_bytes: int
     spark: Any = None
     crash: Callable[[str], None] = crash_point
+    # Staged batches on shared storage (a URI every executor reads, for a cluster); None: on
+    # this machine's disk under staging_dir.
+    staging_uri: str | None = None
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,9 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
     def run_stage() -> list[StageResult]:
         # Each attempt gets new batch ids (new file names): a transient storage error in the
         # writers reruns the stage; a failed attempt's files are never committed.
-        stage_dir = env.staging_dir / f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
+        name = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
+        stage_dir = env.staging_dir / name
+        io_props = file_io_properties(todo[0].state.table.io.properties)
         tasks: list[StageTask] = []
         try:
             for i, p in enumerate(todo):
@@ -371,15 +376,22 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                 spec = _stage_spec(p.state, batch.plan)
                 if env.engine == "local":
                     path = ""
+                elif env.staging_uri is not None:
+                    path = f"{env.staging_uri.rstrip('/')}/{name}/{i:05d}.parquet"
+                    with open_output(path, io_props) as out:
+                        pq.write_table(p.staged.table, out, compression="lz4")
                 else:
                     stage_dir.mkdir(parents=True, exist_ok=True)
                     path = str(stage_dir / f"{i:05d}.parquet")
                     pq.write_table(p.staged.table, path, compression="lz4")
-                tasks.append(StageTask(staged_path=path, spec=spec))
+                tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props))
             if env.engine == "local":
                 return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
             return apply_batch_with_spark(env.spark, tasks)
         finally:
+            if env.staging_uri is not None:
+                for t in tasks:
+                    delete_file(t.staged_path, io_props)
             shutil.rmtree(stage_dir, ignore_errors=True)
 
     results = call_with_retries(run_stage, what="apply stage")

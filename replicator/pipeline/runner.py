@@ -121,13 +121,17 @@ class Replicator:
         self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
         self.source = source or build_source(cfg, self.dead_letters)
         if engine == "spark" and spark is None:
-            from spark.session import get_spark
+            from spark.session import DEFAULT_MASTER, get_spark, use_cluster
 
+            if cfg.spark.master is not None or cfg.spark.conf:
+                use_cluster(cfg.spark.master or DEFAULT_MASTER, cfg.spark.conf)
             spark = get_spark()
+        staging = cfg.spark.staging
         self.env = ApplyEnv(
             tables=self.tables,
             dead_letters=self.dead_letters,
-            staging_dir=cfg.state_dir / "staging",
+            staging_dir=Path(staging) if staging and "://" not in staging else cfg.state_dir / "staging",
+            staging_uri=staging if staging and "://" in staging else None,
             writer_id=cfg.writer_id or default_writer_id(),
             engine=engine,
             target_file_bytes=cfg.iceberg.target_file_bytes,
