@@ -50,6 +50,7 @@ demo-s3: install system-deps
 
 bench: install system-deps
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.cluster
 
 clean:
 	rm -rf .demo .demo-debezium .demo-mysql .demo-s3 .cache .pytest_cache .mypy_cache .ruff_cache
