@@ -138,10 +138,13 @@ class ChangeEvent(BaseModel):
     ts_ms: int | None = None
     tx_id: str | None = None  # events of one source transaction share it
     last_in_tx: bool = False  # True on the last event of its transaction, when known
+    # Set by a source that could not convert a u/d: ``before`` holds only its (converted) key,
+    # ``after`` is None, and the pipeline applies ``errors.on_bad_change`` to it.
+    error: str | None = None
 
     @model_validator(mode="after")
     def _check_images(self) -> ChangeEvent:
-        if self.op in (Op.CREATE, Op.READ, Op.UPDATE) and self.after is None:
+        if self.op in (Op.CREATE, Op.READ, Op.UPDATE) and self.after is None and self.error is None:
             raise ValueError(f"op {self.op.value!r} needs an 'after' image")
         if self.op is Op.DELETE and self.before is None:
             raise ValueError("op 'd' needs a 'before' image")
@@ -187,6 +190,7 @@ def trusted_event(
     _setattr(ev, "__dict__", {
         "table": table, "op": op, "before": before, "after": after, "position": pos,
         "schema_": schema, "ts_ms": ts_ms, "tx_id": tx_id, "last_in_tx": last_in_tx,
+        "error": None,
     })  # fmt: skip
     _setattr(ev, "__pydantic_fields_set__", set(_EVENT_FIELDS))
     _setattr(ev, "__pydantic_extra__", None)

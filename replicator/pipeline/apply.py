@@ -49,7 +49,7 @@ from replicator.iceberg.files import (
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.staging import StagedBatch, stage_events
+from replicator.pipeline.staging import STOP, BadChangeError, StagedBatch, stage_events
 from replicator.retry import call_with_retries
 from spark.apply_stage import (
     StageResult,
@@ -97,6 +97,7 @@ class ApplyEnv:
     target_file_bytes: int
     spark: Any = None
     crash: Callable[[str], None] = crash_point
+    on_bad_change: str = STOP  # config errors.on_bad_change
 
 
 @dataclass(frozen=True)
@@ -190,8 +191,13 @@ def apply_batch(
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        part = parts[table] = _TablePart(state, table_events, totals(table))
-        _prepare(env, part, mine, attempt=1)
+        part = _TablePart(state, table_events, totals(table))
+        try:
+            _prepare(env, part, mine, attempt=1)
+        except BadChangeError as exc:
+            outcome.stopped[table] = str(exc)  # nothing of this batch is committed for it
+            continue
+        parts[table] = part
     _write(env, [p for p in parts.values() if p.done is None], batch)
     for table, part in parts.items():
         outcome.checkpoints[table] = _commit(env, part, batch, mine)
@@ -230,7 +236,7 @@ def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> St
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
-    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters)
+    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events

@@ -17,9 +17,18 @@ import pyarrow as pa
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from ops_mapping.contract import before_key_column
+from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
+
+STOP = "stop"
+DEAD_LETTER = "dead-letter"
+
+
+class BadChangeError(TerminalError):
+    """A u/d the engine cannot apply under ``errors.on_bad_change: stop``: its table stops
+    (nothing of the batch is committed for it; its acknowledgement is held)."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,14 @@ def stage_events(
     columns: Sequence[tuple[str, str]],
     key_columns: Sequence[str],
     dead_letters: DeadLetterSink,
+    on_bad_change: str = STOP,
 ) -> StagedBatch:
-    """``columns`` are (name, engine type) of the Iceberg table, in table order."""
+    """``columns`` are (name, engine type) of the Iceberg table, in table order.
+
+    A 'c'/'r' that does not convert is dead-lettered. A 'u'/'d' that does not convert would
+    leave the old row behind, so ``on_bad_change`` decides: ``stop`` raises
+    ``BadChangeError`` (table, key, position, reason); ``dead-letter`` dead-letters it and
+    still applies the delete of its before-image (a 'd' of the before key)."""
     live = []
     dropped = 0
     for ev in events:
@@ -50,6 +65,11 @@ def stage_events(
                     raw=repr({"op": ev.op.value}),
                 )
             )
+            dropped += 1
+        elif ev.error is not None:  # the source could not convert it (key only)
+            replacement = _reject(ev, ev.error, columns, key_columns, dead_letters, on_bad_change)
+            if replacement is not None:
+                live.append(replacement)
             dropped += 1
         else:
             live.append(ev)
@@ -66,17 +86,48 @@ def stage_events(
                 if not bad:
                     raise
         for idx, reason in sorted(bad.items(), reverse=True):
-            ev = live.pop(idx)
-            dead_letters.put(
-                DeadLetter(
-                    reason=reason,
-                    table=ev.table,
-                    key=_safe_key(ev, key_columns),
-                    position=str(ev.position),
-                    raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
-                )
-            )
+            replacement = _reject(live[idx], reason, columns, key_columns, dead_letters, on_bad_change)
+            if replacement is None:
+                live.pop(idx)
+            else:
+                live[idx] = replacement
             dropped += 1
+
+
+def _reject(
+    ev: ChangeEvent,
+    reason: str,
+    columns: Sequence[tuple[str, str]],
+    key_columns: Sequence[str],
+    dead_letters: DeadLetterSink,
+    on_bad_change: str,
+) -> ChangeEvent | None:
+    """Dead-letter ``ev`` (a change that cannot be applied); returns what replaces it in
+    the batch: None, or for a u under ``dead-letter`` the delete of its before-image.
+    Raises ``BadChangeError`` for a u/d under ``stop`` (or whose before key is unusable)."""
+    delete = _before_delete(ev, columns, key_columns)
+    if ev.op in (Op.UPDATE, Op.DELETE) and (on_bad_change == STOP or delete is None):
+        why = "" if delete is not None else " (its before key is unusable, so not even the old row can be deleted)"
+        raise BadChangeError(
+            f"cannot apply this {ev.op.value!r} change: {reason}{why}",
+            table=ev.table,
+            key=_safe_key(ev, key_columns, image="before"),
+            position=ev.position,
+            hint="fix the input or the type mapping and restart; or set errors.on_bad_change: "
+            "dead-letter to skip such changes (their old row is still deleted)",
+        )
+    if ev.op in (Op.UPDATE, Op.DELETE):
+        reason += "; its before-image was deleted (errors.on_bad_change: dead-letter)"
+    dead_letters.put(
+        DeadLetter(
+            reason=reason,
+            table=ev.table,
+            key=_safe_key(ev, key_columns),
+            position=str(ev.position),
+            raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
+        )
+    )
+    return delete if ev.op in (Op.UPDATE, Op.DELETE) else None
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -94,9 +145,31 @@ def _missing_keys(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> 
     return bad
 
 
-def _safe_key(ev: ChangeEvent, key_columns: Sequence[str]) -> Any:
+def _before_delete(
+    ev: ChangeEvent, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]
+) -> ChangeEvent | None:
+    """A 'd' of ``ev``'s before key, or None when that key is missing or does not convert."""
+    row = _before_key_row(ev)
+    if row is None:
+        return None
+    types = dict(columns)
+    key = {k: row.get(k) for k in key_columns}
+    for k, v in key.items():
+        if v is None:
+            return None
+        try:
+            pa.array([v], type=arrow_type(types[k]))
+        except _CONVERSION_ERRORS:
+            return None
+    return ChangeEvent.model_construct(
+        table=ev.table, op=Op.DELETE, before=key, after=None, position=ev.position,
+        schema=ev.schema_, ts_ms=ev.ts_ms, tx_id=ev.tx_id, last_in_tx=ev.last_in_tx,
+    )  # fmt: skip
+
+
+def _safe_key(ev: ChangeEvent, key_columns: Sequence[str], image: str = "auto") -> Any:
     try:
-        return list(ev.key(tuple(key_columns)))
+        return list(ev.key(tuple(key_columns), image=image))
     except Exception:  # noqa: BLE001 - only for the message
         return None
 
