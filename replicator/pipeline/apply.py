@@ -31,6 +31,7 @@ from replicator.checkpoint import (
     read_checkpoint,
 )
 from replicator.errors import (
+    BadInputError,
     CommitConflictError,
     CommitStateUnknownError,
     FencedError,
@@ -38,7 +39,8 @@ from replicator.errors import (
     TerminalError,
 )
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, ColumnSpec, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
+from replicator.events.unavailable import fill_unavailable
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -46,6 +48,7 @@ from replicator.iceberg.files import (
     position_delete_arrow_schema,
     position_delete_file_from_parquet,
 )
+from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
@@ -229,7 +232,38 @@ def _prepare(
     if not pending:
         part.done = current if current is not None else mine
         return
-    part.staged = _stage(env, part, pending)
+    part.staged = _stage(env, part, _fill_unavailable(env, part.state, pending))
+
+
+def _fill_unavailable(env: ApplyEnv, state: TableState, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
+    """Replace Debezium's unavailable-value placeholders (``events.unavailable``) with the
+    value from an earlier event of the batch or the table's current row. An event whose
+    value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
+    never written as data."""
+    keys = state.key_columns
+    lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
+    pending = list(events)
+    while True:
+        try:
+            return fill_unavailable(pending, keys, lookup)
+        except BadInputError as exc:
+            i = next((i for i, e in enumerate(pending) if e.position == exc.position), None)
+            if i is None:
+                raise
+            pending[i] = _unfillable(pending[i], keys, exc.message)
+
+
+def _unfillable(ev: ChangeEvent, keys: Sequence[str], reason: str) -> ChangeEvent:
+    """``ev`` as a bad change: its before key only (a 'c' keeps none: it is dropped)."""
+    row = ev.before if ev.op is Op.DELETE or ev.before is not None else ev.after
+    before = None if ev.op is Op.CREATE or row is None else {k: row.get(k) for k in keys}
+    return ev.model_copy(update={"before": before, "after": None, "error": reason})
+
+
+def _local_spark() -> Any:
+    from spark.session import get_spark
+
+    return get_spark()
 
 
 def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:

@@ -106,7 +106,12 @@ def _reject(
     the batch: None, or for a u under ``dead-letter`` the delete of its before-image.
     Raises ``BadChangeError`` for a u/d under ``stop`` (or whose before key is unusable)."""
     delete = _before_delete(ev, columns, key_columns)
-    if ev.op in (Op.UPDATE, Op.DELETE) and (on_bad_change == STOP or delete is None):
+    row_change = ev.op in (Op.UPDATE, Op.DELETE)
+    # A u/d (or any change the source flagged, e.g. an unfillable placeholder) is subject to
+    # the policy; a c/r whose value does not fit is only dead-lettered.
+    if (row_change or ev.error is not None) and (
+        on_bad_change == STOP or (row_change and delete is None)
+    ):
         why = "" if delete is not None else " (its before key is unusable, so not even the old row can be deleted)"
         raise BadChangeError(
             f"cannot apply this {ev.op.value!r} change: {reason}{why}",
@@ -116,7 +121,7 @@ def _reject(
             hint="fix the input or the type mapping and restart; or set errors.on_bad_change: "
             "dead-letter to skip such changes (their old row is still deleted)",
         )
-    if ev.op in (Op.UPDATE, Op.DELETE):
+    if row_change:
         reason += "; its before-image was deleted (errors.on_bad_change: dead-letter)"
     dead_letters.put(
         DeadLetter(
@@ -127,7 +132,7 @@ def _reject(
             raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
         )
     )
-    return delete if ev.op in (Op.UPDATE, Op.DELETE) else None
+    return delete if row_change else None
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
