@@ -174,6 +174,7 @@ class _TablePart:
     written: _Written | None = None
     done: Checkpoint | None = None  # set when the table already holds every event
     counted: bool = False
+    truncate: bool = False  # the batch truncates the table: its commit removes every file
 
 
 def apply_batch(
@@ -232,16 +233,28 @@ def _prepare(
     if not pending:
         part.done = current if current is not None else mine
         return
-    part.staged = _stage(env, part, _fill_unavailable(env, part.state, pending))
+    # A TRUNCATE empties the table at its position: what came before it in the batch does
+    # not matter, the commit removes every file, and the changes after it apply on top.
+    cut = max((i for i, e in enumerate(pending) if e.op is Op.TRUNCATE), default=None)
+    part.truncate = cut is not None
+    if cut is not None:
+        pending = pending[cut + 1 :]
+    part.staged = _stage(env, part, _fill_unavailable(env, part.state, pending, use_table=not part.truncate))
 
 
-def _fill_unavailable(env: ApplyEnv, state: TableState, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
+def _fill_unavailable(
+    env: ApplyEnv, state: TableState, events: Sequence[ChangeEvent], *, use_table: bool = True
+) -> Sequence[ChangeEvent]:
     """Replace Debezium's unavailable-value placeholders (``events.unavailable``) with the
     value from an earlier event of the batch or the table's current row. An event whose
     value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
     never written as data."""
     keys = state.key_columns
-    lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
+    lookup = (
+        IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
+        if use_table
+        else None  # after a TRUNCATE in this batch the table's rows are gone
+    )
     pending = list(events)
     while True:
         try:
@@ -300,6 +313,7 @@ def _commit(env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoin
                 snapshot_properties=summary,
                 table_properties=properties,
                 expected_parent_snapshot_id=part.parent_id,
+                remove_all=part.truncate,
             )
         except CommitConflictError:
             # Someone committed first. Our files stay valid only if the table's checkpoint

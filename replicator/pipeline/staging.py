@@ -55,17 +55,8 @@ def stage_events(
     dropped = 0
     for ev in events:
         if ev.op is Op.TRUNCATE:
-            # Parsed (Debezium 't') but not applied yet: kept visible as a dead letter, as
-            # before, until the pipeline empties the table at its position (issue 10 item 14).
-            dead_letters.put(
-                DeadLetter(
-                    reason="TRUNCATE is not applied yet: the Iceberg table keeps its rows",
-                    table=ev.table,
-                    position=str(ev.position),
-                    raw=repr({"op": ev.op.value}),
-                )
-            )
-            dropped += 1
+            # apply.py splits a batch at its last TRUNCATE (the commit removes every file).
+            raise ValueError(f"a TRUNCATE reached staging ({ev.table} at {ev.position})")
         elif ev.error is not None:  # the source could not convert it (key only)
             replacement = _reject(ev, ev.error, columns, key_columns, dead_letters, on_bad_change)
             if replacement is not None:
