@@ -139,6 +139,8 @@ def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
     mid-batch joins at the end; the latest type of a column wins)."""
     seen: dict[int, TableSchema] = {}
     for ev in events:
+        if ev.schema_ is None and ev.op is Op.TRUNCATE:
+            continue  # a TRUNCATE needs no columns (MySQL's may not know them)
         if ev.schema_ is None:
             raise TerminalError("event carries no table schema", table=ev.table, position=ev.position)
         seen.setdefault(id(ev.schema_), ev.schema_)
@@ -191,7 +193,13 @@ def apply_batch(
     mine = batch.checkpoint(env.writer_id)
     for table, table_events in events.items():
         try:
-            state = env.tables.ensure(merged_schema(table_events))
+            if all(e.op is Op.TRUNCATE and e.schema_ is None for e in table_events):
+                existing = env.tables.load_existing(table)
+                if existing is None:
+                    continue  # nothing to empty: no Iceberg table yet
+                state = existing
+            else:
+                state = env.tables.ensure(merged_schema(table_events))
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
