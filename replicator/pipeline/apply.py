@@ -52,7 +52,13 @@ from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.staging import STOP, BadChangeError, StagedBatch, stage_events
+from replicator.pipeline.staging import (
+    STOP,
+    BadChangeError,
+    StagedBatch,
+    deferred_key_moves,
+    stage_events,
+)
 from replicator.retry import call_with_retries
 from spark.apply_stage import (
     StageResult,
@@ -247,7 +253,22 @@ def _prepare(
     part.truncate = cut is not None
     if cut is not None:
         pending = pending[cut + 1 :]
-    part.staged = _stage(env, part, _fill_unavailable(env, part.state, pending, use_table=not part.truncate))
+    pending = _fill_unavailable(env, part.state, pending, use_table=not part.truncate)
+    part.staged = _stage(env, part, pending, _held_keys(env, part, pending))
+
+
+def _held_keys(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> set[Any] | None:
+    """Keys a key move of this batch may land on while the table still holds them (a
+    deferred unique check, ``staging.deferred_key_moves``) that the table does hold; None
+    when no such move (the common case: no lookup)."""
+    wanted = deferred_key_moves(events, part.state.key_columns)
+    if not wanted:
+        return None
+    if part.truncate:
+        return set()  # emptied at the TRUNCATE before these events
+    keys = part.state.key_columns
+    lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
+    return {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
 
 
 def _fill_unavailable(
@@ -287,11 +308,15 @@ def _local_spark() -> Any:
     return get_spark()
 
 
-def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
+def _stage(
+    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], table_keys: set[Any] | None = None
+) -> StagedBatch:
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
-    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    staged = stage_events(
+        events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change, table_keys
+    )
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events

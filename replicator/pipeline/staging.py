@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
-from ops_mapping.contract import before_key_column
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
@@ -44,13 +44,17 @@ def stage_events(
     key_columns: Sequence[str],
     dead_letters: DeadLetterSink,
     on_bad_change: str = STOP,
+    table_keys: set[tuple[Any, ...]] | None = None,
 ) -> StagedBatch:
     """``columns`` are (name, engine type) of the Iceberg table, in table order.
 
     A 'c'/'r' that does not convert is dead-lettered. A 'u'/'d' that does not convert would
     leave the old row behind, so ``on_bad_change`` decides: ``stop`` raises
     ``BadChangeError`` (table, key, position, reason); ``dead-letter`` dead-letters it and
-    still applies the delete of its before-image (a 'd' of the before key)."""
+    still applies the delete of its before-image (a 'd' of the before key).
+
+    ``table_keys``: keys the table holds before the batch, when a key move may land on a
+    held key (``deferred_key_moves``): staged as the after-key-in-table column."""
     live = []
     dropped = 0
     for ev in events:
@@ -71,6 +75,10 @@ def stage_events(
         if not bad:
             try:
                 table = _build(live, columns, key_columns)
+                if table_keys is not None:
+                    table = table.append_column(
+                        AFTER_KEY_IN_TABLE_COLUMN, _after_key_in_table(live, key_columns, table_keys)
+                    )
                 return StagedBatch(table=table, events=len(live), dead_lettered=dropped)
             except _CONVERSION_ERRORS:
                 bad = _find_unmappable(live, columns, key_columns)
@@ -124,6 +132,41 @@ def _reject(
         )
     )
     return delete if row_change else None
+
+
+def deferred_key_moves(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> set[tuple[Any, ...]]:
+    """After keys of key-changing updates that a later u/d of the batch moves or deletes
+    again: where a deferred unique check (``UPDATE t SET id = 3 - id``) could have put two
+    rows on one key, so the mapper must know whether the table held the key before."""
+    keys = tuple(key_columns)
+    moved_to: set[tuple[Any, ...]] = set()
+    out: set[tuple[Any, ...]] = set()
+    for ev in events:
+        if ev.op not in (Op.UPDATE, Op.DELETE):
+            continue
+        row = _before_key_row(ev)
+        bk = tuple(row.get(k) for k in keys) if row is not None else None
+        if bk in moved_to:
+            out.add(bk)
+        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
+            ak = tuple(ev.after.get(k) for k in keys)
+            if ak != bk:
+                moved_to.add(ak)
+    return out
+
+
+def _after_key_in_table(
+    events: Sequence[ChangeEvent], key_columns: Sequence[str], table_keys: set[tuple[Any, ...]]
+) -> pa.Array:
+    keys = tuple(key_columns)
+    flags: list[bool | None] = []
+    for ev in events:
+        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
+            ak = tuple(ev.after.get(k) for k in keys)
+            flags.append(ak in table_keys if ak != tuple(ev.before.get(k) for k in keys) else None)
+        else:
+            flags.append(None)
+    return pa.array(flags, pa.bool_())
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)

@@ -55,3 +55,31 @@ def test_truncate(tmp_path: Path, pg_db: str, spark: Any, capsys: pytest.Capture
     counts = assert_tables_equal(cfg_path, pg_db)
     assert counts == {"public.t": 3, "public.u": 1}
     _diff_ok(cfg_path, capsys)
+
+
+def test_key_swap_under_a_deferrable_primary_key(
+    tmp_path: Path, pg_db: str, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``UPDATE t SET id = 3 - id`` gives ``u 1->2, u 2->1`` in one transaction; a cycle
+    and a shift likewise, on rows of earlier batches and rows of the same batch."""
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int, v text, CONSTRAINT t_pk PRIMARY KEY (id) "
+                     "DEFERRABLE INITIALLY DEFERRED)")
+        # A deferrable index cannot be the replica identity: updates need FULL.
+        conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO t VALUES (1, 'one'), (2, 'two'), (10, 'ten'), (11, 'eleven'), "
+                     "(12, 'twelve'), (20, 'a'), (21, 'b')")
+    cfg_path = write_config(tmp_path, pg_db)
+    _run(cfg_path, spark)
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("UPDATE t SET id = 3 - id WHERE id IN (1, 2)")  # swap
+        conn.execute("UPDATE t SET id = CASE id WHEN 10 THEN 11 WHEN 11 THEN 12 ELSE 10 END "
+                     "WHERE id IN (10, 11, 12)")  # 3-cycle
+        conn.execute("UPDATE t SET id = id + 1 WHERE id IN (20, 21)")  # shift onto 22
+        with conn.transaction():  # rows written in this same batch, then swapped
+            conn.execute("INSERT INTO t VALUES (30, 'x'), (31, 'y')")
+            conn.execute("UPDATE t SET id = 61 - id WHERE id IN (30, 31)")
+    _run(cfg_path, spark)
+    counts = assert_tables_equal(cfg_path, pg_db)
+    assert counts == {"public.t": 9}
+    _diff_ok(cfg_path, capsys)
