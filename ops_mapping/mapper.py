@@ -21,7 +21,8 @@ Deferrable keys (``AFTER_KEY_IN_TABLE_COLUMN``): a 'u' may move a row onto a key
 from an earlier batch is still there (``UPDATE t SET id = 3 - id``: u 1->2, u 2->1). Both rows
 of that key live until a later event moves or deletes one of them; that event names the
 OLDER row (a statement never sees rows it wrote itself), i.e. the table's row: it is
-equality-deleted (which cannot reach this batch's rows) and this batch's row stays. The same
+equality-deleted at the move (which cannot reach this batch's rows) and this batch's row
+stays when the later event moves "it" away. The same
 holds when the held key's row was written earlier in this batch (then position-deleted).
 Such keys are kept in ``_behind`` (key -> its older row). Without upserted creates only: a
 key move onto a live key is otherwise a replay, which replaces the row.
@@ -176,12 +177,10 @@ class BatchMapper:
             if op == "u" or op == "d":
                 older = behind.pop(bk, None) if behind else None
                 if older is not None:
-                    # bk is held twice (a deferred key move): this event names the OLDER row.
+                    # bk is held twice (a deferred key move): this event names the OLDER row
+                    # (a table row was equality-deleted already, by the move).
                     if older >= 0:
                         pos_delete(older)
-                    elif bk not in eq_done:
-                        eq_add(bk)
-                        eq_source(i)
                 else:
                     old = live_pop(bk, None)
                     if old is not None:
@@ -199,7 +198,11 @@ class BatchMapper:
                     if held is not None:
                         behind[ak] = held
                     elif ak_in_table and ak not in eq_done:
+                        # Delete the table's row now (an equality delete cannot reach this
+                        # batch's rows): right whether or not a later event moves it.
                         behind[ak] = _TABLE_ROW
+                        eq_add(ak)
+                        eq_source(n + i)
                     live[ak] = ordinal
                     ordinal += 1
                     continue
@@ -220,6 +223,9 @@ class BatchMapper:
         if self._finished:
             raise OpsMappingError("finish called twice")
         self._finished = True
+        # A key still held twice at the end (a source that broke its own key): the newest
+        # row wins, as for any write onto a live key.
+        self._pos_ordinals.extend(o for o in self._behind.values() if o >= 0)
         ordinals = sorted(self._pos_ordinals)
         starts = self._keys.file_starts
         files: list[pa.Array] = []
