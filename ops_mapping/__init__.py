@@ -6,6 +6,7 @@ writes the files and commits them as one Iceberg commit.
 """
 
 from ops_mapping.contract import (
+    AFTER_KEY_IN_TABLE_COLUMN,
     BEFORE_KEY_PREFIX,
     OP_COLUMN,
     SEQ_COLUMN,
@@ -21,6 +22,7 @@ from ops_mapping.key_map import KeyPositionMap
 from ops_mapping.mapper import BatchMapper
 
 __all__ = [
+    "AFTER_KEY_IN_TABLE_COLUMN",
     "BEFORE_KEY_PREFIX",
     "OP_COLUMN",
     "SEQ_COLUMN",

@@ -13,6 +13,12 @@ from ops_mapping.errors import OpsMappingError
 SEQ_COLUMN = "__rep_seq"
 OP_COLUMN = "__rep_op"
 BEFORE_KEY_PREFIX = "__rep_bk__"
+# Optional bool column: for a 'u' that changes the key, whether its AFTER key had a live row in
+# the table before this batch (null: not known, taken as no). Under a deferrable primary key
+# a transaction may move a row onto a key whose old row is moved away only later
+# (``UPDATE t SET id = 3 - id``: u 1->2, u 2->1); the mapper then needs to know that the
+# later 'u 2->...' removes the table's old row 2, not the row this batch just wrote.
+AFTER_KEY_IN_TABLE_COLUMN = "__rep_ak_in_table"
 RESERVED_PREFIX = "__rep_"
 
 OPS = ("c", "r", "u", "d")

@@ -17,6 +17,16 @@ this batch, once is enough):
   change upserts the new key only if ``upsert_creates`` (it is then an insert of a new key).
 - 'd': BEFORE key written this batch -> position-delete it and forget it; else eq-delete.
 
+Deferrable keys (``AFTER_KEY_IN_TABLE_COLUMN``): a 'u' may move a row onto a key whose row
+from an earlier batch is still there (``UPDATE t SET id = 3 - id``: u 1->2, u 2->1). Both rows
+of that key live until a later event moves or deletes one of them; that event names the
+OLDER row (a statement never sees rows it wrote itself), i.e. the table's row: it is
+equality-deleted at the move (which cannot reach this batch's rows) and this batch's row
+stays when the later event moves "it" away. The same
+holds when the held key's row was written earlier in this batch (then position-deleted).
+Such keys are kept in ``_behind`` (key -> its older row). Without upserted creates only: a
+key move onto a live key is otherwise a replay, which replaces the row.
+
 The Python loop touches only ops and keys; rows move through Arrow filter/slice/take.
 """
 
@@ -32,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops_mapping.contract import (
+    AFTER_KEY_IN_TABLE_COLUMN,
     OP_COLUMN,
     OPS,
     POSITION_DELETE_INDEX_SCHEMA,
@@ -49,6 +60,7 @@ from ops_mapping.key_map import KeyPositionMap
 from ops_mapping.sizing import FileRoller, RowSizeEstimator
 
 _OPS_ARRAY = pa.array(OPS, pa.string())
+_TABLE_ROW = -1  # "the older row is in the table" (batch ordinals are >= 0)
 _BEFORE_OPS = pa.array(["u", "d"], pa.string())
 
 
@@ -81,6 +93,9 @@ class BatchMapper:
         self._roller = FileRoller(self.policy.target_file_bytes, self._keys.file_starts)
         self._sizes = RowSizeEstimator(data_schema)
         self._eq_deleted: set[Hashable] = set()
+        # Keys held twice by a deferred key move -> the older row: its batch ordinal, or
+        # _TABLE_ROW for the row an earlier batch wrote.
+        self._behind: dict[Hashable, int] = {}
         self._pos_ordinals: list[int] = []  # batch ordinals of position-deleted rows
         self._events = 0
         self._last_seq: int | None = None
@@ -117,7 +132,10 @@ class BatchMapper:
         after = _key_values(after_arrays) if deletes < n else repeat(None, n)
         before = _key_values(before_arrays) if needs_before else repeat(None, n)
         first_ordinal = self._roller.rows
-        eq_idx = self._apply(ops.to_pylist(), before, after, n)
+        in_table: Iterable[Any] = repeat(None, n)
+        if AFTER_KEY_IN_TABLE_COLUMN in events.schema.names:
+            in_table = events.column(AFTER_KEY_IN_TABLE_COLUMN).to_pylist()
+        eq_idx = self._apply(ops.to_pylist(), before, after, n, in_table)
         self._events += n
         self._last_seq = seq[n - 1].as_py()
 
@@ -134,7 +152,12 @@ class BatchMapper:
         return MappedChunk(slices, self._equality_table(eq_idx, before_arrays, after_arrays, n))
 
     def _apply(
-        self, ops: list[str], before: Iterable[Any], after: Iterable[Any], n: int
+        self,
+        ops: list[str],
+        before: Iterable[Any],
+        after: Iterable[Any],
+        n: int,
+        in_table: Iterable[Any],
     ) -> list[int]:
         """The hot loop. Returns equality-delete sources: i = before key of event i, n + i =
         after key of event i. Appends position deletes and advances the row ordinal."""
@@ -148,18 +171,41 @@ class BatchMapper:
         upsert_r = self.policy.upsert_reads
         eq_idx: list[int] = []
         eq_source = eq_idx.append
+        behind = self._behind
         ordinal = self._roller.rows
-        for i, (op, bk, ak) in enumerate(zip(ops, before, after, strict=True)):
+        for i, (op, bk, ak, ak_in_table) in enumerate(zip(ops, before, after, in_table, strict=True)):
             if op == "u" or op == "d":
-                old = live_pop(bk, None)
-                if old is not None:
-                    pos_delete(old)
-                elif bk not in eq_done:
-                    eq_add(bk)
-                    eq_source(i)
+                older = behind.pop(bk, None) if behind else None
+                if older is not None:
+                    # bk is held twice (a deferred key move): this event names the OLDER row
+                    # (a table row was equality-deleted already, by the move).
+                    if older >= 0:
+                        pos_delete(older)
+                else:
+                    old = live_pop(bk, None)
+                    if old is not None:
+                        pos_delete(old)
+                    elif bk not in eq_done:
+                        eq_add(bk)
+                        eq_source(i)
                 if op == "d":
                     continue
                 upsert = upsert_c and ak != bk
+                if ak != bk and not upsert and ak not in behind:
+                    # A key move onto a key that may still be held (deferred unique check,
+                    # e.g. a swap): keep the holder as the older row of ak, never replace it.
+                    held = live_get(ak)
+                    if held is not None:
+                        behind[ak] = held
+                    elif ak_in_table and ak not in eq_done:
+                        # Delete the table's row now (an equality delete cannot reach this
+                        # batch's rows): right whether or not a later event moves it.
+                        behind[ak] = _TABLE_ROW
+                        eq_add(ak)
+                        eq_source(n + i)
+                    live[ak] = ordinal
+                    ordinal += 1
+                    continue
             else:
                 upsert = upsert_c if op == "c" else upsert_r
             old = live_get(ak)
@@ -177,6 +223,9 @@ class BatchMapper:
         if self._finished:
             raise OpsMappingError("finish called twice")
         self._finished = True
+        # A key still held twice at the end (a source that broke its own key): the newest
+        # row wins, as for any write onto a live key.
+        self._pos_ordinals.extend(o for o in self._behind.values() if o >= 0)
         ordinals = sorted(self._pos_ordinals)
         starts = self._keys.file_starts
         files: list[pa.Array] = []
@@ -210,6 +259,7 @@ class BatchMapper:
         # Only the tail is needed from here on; drop the per-key memory now.
         self._keys.live.clear()
         self._eq_deleted.clear()
+        self._behind.clear()
         self._pos_ordinals.clear()
         return tail
 

@@ -213,11 +213,18 @@ class SparkConfig(_Strict):
         return self
 
 
+class ErrorsConfig(_Strict):
+    # A u/d that cannot be applied: "stop" its table (acknowledgement held, exit 1), or
+    # "dead-letter" it and still delete its before-image (no stale row; exit 3).
+    on_bad_change: Literal["stop", "dead-letter"] = "stop"
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
     spark: SparkConfig = SparkConfig()
+    errors: ErrorsConfig = ErrorsConfig()
     state_dir: Path = Field(Path(".replicator"), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 

@@ -12,9 +12,11 @@ from replicator.config import load_config
 from replicator.errors import ConfigError, ReplicatorError
 from replicator.secrets import ScrubbingFilter, scrub
 
+# The exit codes of `replicator run` (README "Exit codes"; each declared once, here).
 EXIT_OK = 0
-EXIT_FAILED = 1
+EXIT_FAILED = 1  # the run failed, or a table was stopped by a change it cannot apply
 EXIT_CONFIG = 2
+EXIT_DEAD_LETTERS = 3  # the run completed but wrote dead letters (the last line says how many)
 
 EPILOG = """\
 examples:
@@ -141,15 +143,19 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
         print(f"  {name}: {t.events:,} events -> {t.snapshots} snapshot(s), {t.rows_written:,} rows in "
               f"{t.data_files} data file(s), {t.position_deletes:,} position deletes, "
               f"{t.equality_deletes:,} equality deletes in {t.delete_files} delete file(s)")
-    if s.dead_letters:
-        print(f"  dead letters written to {cfg.dead_letter_path}")
+    code = EXIT_OK
     if s.stopped:
         for table, why in sorted(s.stopped.items()):
             print(f"  STOPPED {table}: {why}")
         print(f"  {s.events_held:,} event(s) of stopped tables held back; the source is not "
               "acknowledged past them")
-        return EXIT_FAILED
-    return EXIT_OK
+        code = EXIT_FAILED
+    if s.dead_letters:
+        # Always the last line: a run that dead-lettered anything never looks like success.
+        print(f"{s.dead_letters} change(s) dead-lettered, written to {cfg.dead_letter_path} "
+              f"(exit {code or EXIT_DEAD_LETTERS})")
+        return code or EXIT_DEAD_LETTERS
+    return code
 
 
 def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]

@@ -151,7 +151,8 @@ class ChangeEvent:
     copying them cost a validated model about 6x with 10 columns).
     """
 
-    __slots__ = ("table", "op", "before", "after", "position", "schema_", "ts_ms", "tx_id", "last_in_tx")
+    __slots__ = ("table", "op", "before", "after", "position", "schema_", "ts_ms", "tx_id", "last_in_tx",
+                 "error")  # fmt: skip
     table: str
     op: Op
     before: Mapping[str, Any] | None
@@ -161,6 +162,9 @@ class ChangeEvent:
     ts_ms: int | None
     tx_id: str | None  # events of one source transaction share it
     last_in_tx: bool  # True on the last event of its transaction, when known
+    # Set by a source that could not convert a u/d: ``before`` holds only its (converted) key,
+    # ``after`` is None, and the pipeline applies ``errors.on_bad_change`` to it.
+    error: str | None
 
     def __init__(
         self,
@@ -174,8 +178,9 @@ class ChangeEvent:
         ts_ms: int | None = None,
         tx_id: str | None = None,
         last_in_tx: bool = False,
+        error: str | None = None,
     ) -> None:
-        if after is None and op in _NEEDS_AFTER:
+        if after is None and op in _NEEDS_AFTER and error is None:
             raise ValueError(f"op {op.value!r} needs an 'after' image")
         if before is None and op is Op.DELETE:
             raise ValueError("op 'd' needs a 'before' image")
@@ -188,13 +193,14 @@ class ChangeEvent:
         _setattr(self, "ts_ms", ts_ms)
         _setattr(self, "tx_id", tx_id)
         _setattr(self, "last_in_tx", last_in_tx)
+        _setattr(self, "error", error)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ChangeEvent is immutable (tried to set {name}); use replace()")
 
     def _fields(self) -> tuple[Any, ...]:
         return (self.table, self.op, self.before, self.after, self.position, self.schema_,
-                self.ts_ms, self.tx_id, self.last_in_tx)  # fmt: skip
+                self.ts_ms, self.tx_id, self.last_in_tx, self.error)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ChangeEvent):
@@ -209,14 +215,14 @@ class ChangeEvent:
     def __repr__(self) -> str:
         return (f"ChangeEvent(table={self.table!r}, op={self.op.value!r}, before={self.before!r}, "
                 f"after={self.after!r}, position={self.position!s}, tx_id={self.tx_id!r}, "
-                f"last_in_tx={self.last_in_tx!r})")  # fmt: skip
+                f"last_in_tx={self.last_in_tx!r}" + (f", error={self.error!r})" if self.error else ")"))  # fmt: skip
 
     def replace(self, **changes: Any) -> ChangeEvent:
         """A copy with some fields changed (``schema`` for the schema), checked like a new one."""
         values: dict[str, Any] = {
             "table": self.table, "op": self.op, "before": self.before, "after": self.after,
             "position": self.position, "schema": self.schema_, "ts_ms": self.ts_ms,
-            "tx_id": self.tx_id, "last_in_tx": self.last_in_tx,
+            "tx_id": self.tx_id, "last_in_tx": self.last_in_tx, "error": self.error,
         }  # fmt: skip
         unknown = set(changes) - set(values)
         if unknown:
@@ -236,10 +242,10 @@ class ChangeEvent:
 def _rebuild_event(
     table: str, op: Op, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
     position: SourcePosition, schema: TableSchema | None, ts_ms: int | None, tx_id: str | None,
-    last_in_tx: bool,
+    last_in_tx: bool, error: str | None,
 ) -> ChangeEvent:  # fmt: skip
     return ChangeEvent(table, op, before, after, position=position, schema=schema, ts_ms=ts_ms,
-                       tx_id=tx_id, last_in_tx=last_in_tx)  # fmt: skip
+                       tx_id=tx_id, last_in_tx=last_in_tx, error=error)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,7 @@ def commit_row_delta(
     expected_parent_snapshot_id: int | None | _Unset = UNSET,
     branch: str = MAIN_BRANCH,
     table_properties: Callable[[int], Mapping[str, str]] | None = None,
+    remove_all: bool = False,
 ) -> Snapshot:
     """Commit new data files and delete files as ONE snapshot on ``branch``.
 
@@ -124,6 +125,9 @@ def commit_row_delta(
         branch: the branch to commit to.
         table_properties: table properties to set in the SAME catalog commit, given the new
             snapshot's id (the engine's checkpoint, see ``replicator.checkpoint.table``).
+        remove_all: first remove every live data and delete file of the parent snapshot (a
+            TRUNCATE at the source): they are written as DELETED entries of this snapshot,
+            so the same commit empties the table and adds ``data_files``/``delete_files``.
 
     Returns:
         The new snapshot. Its operation is ``append`` (data only, or nothing at all: an empty
@@ -153,7 +157,7 @@ def commit_row_delta(
         )
 
     transaction = table.transaction()
-    producer = _RowDeltaProducer(transaction, table, data, deletes, properties, branch)
+    producer = _RowDeltaProducer(transaction, table, data, deletes, properties, branch, remove_all)
     try:
         # Writes both manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
         # the AssertRefSnapshotId(head_id) requirement the catalog checks atomically.
@@ -195,7 +199,9 @@ def commit_row_delta(
     return snapshot
 
 
-def _operation(data: list[DataFile], deletes: list[DataFile]) -> Operation:
+def _operation(data: list[DataFile], deletes: list[DataFile], remove_all: bool = False) -> Operation:
+    if remove_all:
+        return Operation.OVERWRITE if data else Operation.DELETE
     if deletes and not data:
         return Operation.DELETE
     if deletes:
@@ -316,9 +322,10 @@ class _RowDeltaProducer(_MergeAppendFiles):
         deletes: list[DataFile],
         properties: dict[str, str],
         branch: str,
+        remove_all: bool = False,
     ) -> None:
         super().__init__(
-            operation=_operation(data, deletes),
+            operation=_operation(data, deletes, remove_all),
             transaction=transaction,
             io=table.io,
             snapshot_properties=properties,
@@ -326,6 +333,8 @@ class _RowDeltaProducer(_MergeAppendFiles):
         )
         self._added_data_files = data
         self._added_delete_files = deletes
+        self._remove_all = remove_all
+        self._removed_files: list[DataFile] = []
 
     def _manifests(self) -> list[ManifestFile]:
         spec = self._transaction.table_metadata.spec()
@@ -337,7 +346,46 @@ class _RowDeltaProducer(_MergeAppendFiles):
         if self._added_delete_files:  # v2 only, checked by _check_files
             writer = self._new_writer(_DeleteManifestWriter)
             new_manifests.append(self._write_added(writer, self._added_delete_files))
+        if self._remove_all:
+            return self._process_manifests(new_manifests + self._write_removed())
         return self._process_manifests(new_manifests + self._existing_manifests())
+
+    def _write_removed(self) -> list[ManifestFile]:
+        """Every live file of the parent as a DELETED entry (data and delete manifests)."""
+        self._removed_files = []
+        metadata = self._transaction.table_metadata
+        parent = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
+        if parent is None:
+            return []
+        by_content: dict[ManifestContent, list[ManifestEntry]] = {}
+        for manifest in parent.manifests(self._io):
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            by_content.setdefault(manifest.content, []).extend(entries)
+        out: list[ManifestFile] = []
+        for content, entries in by_content.items():
+            if not entries:
+                continue
+            is_data = content == ManifestContent.DATA
+            writer = self._new_writer(_DataManifestWriter if is_data else _DeleteManifestWriter)
+            with writer:
+                for entry in entries:
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.DELETED,
+                            snapshot_id=self._snapshot_id,
+                            # a removed file keeps the sequence numbers it was added with
+                            sequence_number=entry.sequence_number,
+                            file_sequence_number=entry.file_sequence_number,
+                            data_file=entry.data_file,
+                        )
+                    )
+                    self._removed_files.append(entry.data_file)
+            out.append(writer.to_manifest_file())
+        return out
 
     def _new_writer(self, writer_class: type[_DataManifestWriter]) -> ManifestWriter:
         return writer_class(
@@ -370,6 +418,10 @@ class _RowDeltaProducer(_MergeAppendFiles):
         # added-position-deletes, added-equality-deletes, ...).
         for content_file in [*self._added_data_files, *self._added_delete_files]:
             collector.add_file(
+                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
+            )
+        for content_file in self._removed_files:
+            collector.remove_file(
                 content_file, schema=metadata.schema(), partition_spec=metadata.spec()
             )
         parent = (

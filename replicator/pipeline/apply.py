@@ -31,6 +31,7 @@ from replicator.checkpoint import (
     read_checkpoint,
 )
 from replicator.errors import (
+    BadInputError,
     CommitConflictError,
     CommitStateUnknownError,
     FencedError,
@@ -38,7 +39,8 @@ from replicator.errors import (
     TerminalError,
 )
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, ColumnSpec, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
+from replicator.events.unavailable import fill_unavailable
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -46,10 +48,17 @@ from replicator.iceberg.files import (
     position_delete_arrow_schema,
     position_delete_file_from_parquet,
 )
+from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.staging import StagedBatch, stage_events
+from replicator.pipeline.staging import (
+    STOP,
+    BadChangeError,
+    StagedBatch,
+    deferred_key_moves,
+    stage_events,
+)
 from replicator.retry import call_with_retries
 from spark.apply_stage import (
     StageResult,
@@ -100,6 +109,7 @@ class ApplyEnv:
     # Staged batches on shared storage (a URI every executor reads, for a cluster); None: on
     # this machine's disk under staging_dir.
     staging_uri: str | None = None
+    on_bad_change: str = STOP  # config errors.on_bad_change
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,8 @@ def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
     mid-batch joins at the end; the latest type of a column wins)."""
     seen: dict[int, TableSchema] = {}
     for ev in events:
+        if ev.schema_ is None and ev.op is Op.TRUNCATE:
+            continue  # a TRUNCATE needs no columns (MySQL's may not know them)
         if ev.schema_ is None:
             raise TerminalError("event carries no table schema", table=ev.table, position=ev.position)
         seen.setdefault(id(ev.schema_), ev.schema_)
@@ -173,6 +185,7 @@ class _TablePart:
     written: _Written | None = None
     done: Checkpoint | None = None  # set when the table already holds every event
     counted: bool = False
+    truncate: bool = False  # the batch truncates the table: its commit removes every file
 
 
 def apply_batch(
@@ -189,12 +202,23 @@ def apply_batch(
     mine = batch.checkpoint(env.writer_id)
     for table, table_events in events.items():
         try:
-            state = env.tables.ensure(merged_schema(table_events))
+            if all(e.op is Op.TRUNCATE and e.schema_ is None for e in table_events):
+                existing = env.tables.load_existing(table)
+                if existing is None:
+                    continue  # nothing to empty: no Iceberg table yet
+                state = existing
+            else:
+                state = env.tables.ensure(merged_schema(table_events))
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        part = parts[table] = _TablePart(state, table_events, totals(table))
-        _prepare(env, part, mine, attempt=1)
+        part = _TablePart(state, table_events, totals(table))
+        try:
+            _prepare(env, part, mine, attempt=1)
+        except BadChangeError as exc:
+            outcome.stopped[table] = str(exc)  # nothing of this batch is committed for it
+            continue
+        parts[table] = part
     _write(env, [p for p in parts.values() if p.done is None], batch)
     for table, part in parts.items():
         outcome.checkpoints[table] = _commit(env, part, batch, mine)
@@ -226,14 +250,76 @@ def _prepare(
     if not pending:
         part.done = current if current is not None else mine
         return
-    part.staged = _stage(env, part, pending)
+    # A TRUNCATE empties the table at its position: what came before it in the batch does
+    # not matter, the commit removes every file, and the changes after it apply on top.
+    cut = max((i for i, e in enumerate(pending) if e.op is Op.TRUNCATE), default=None)
+    part.truncate = cut is not None
+    if cut is not None:
+        pending = pending[cut + 1 :]
+    pending = _fill_unavailable(env, part.state, pending, use_table=not part.truncate)
+    part.staged = _stage(env, part, pending, _held_keys(env, part, pending))
 
 
-def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
+def _held_keys(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> set[Any] | None:
+    """Keys a key move of this batch may land on while the table still holds them (a
+    deferred unique check, ``staging.deferred_key_moves``) that the table does hold; None
+    when no such move (the common case: no lookup)."""
+    wanted = deferred_key_moves(events, part.state.key_columns)
+    if not wanted:
+        return None
+    if part.truncate:
+        return set()  # emptied at the TRUNCATE before these events
+    keys = part.state.key_columns
+    lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
+    return {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
+
+
+def _fill_unavailable(
+    env: ApplyEnv, state: TableState, events: Sequence[ChangeEvent], *, use_table: bool = True
+) -> Sequence[ChangeEvent]:
+    """Replace Debezium's unavailable-value placeholders (``events.unavailable``) with the
+    value from an earlier event of the batch or the table's current row. An event whose
+    value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
+    never written as data."""
+    keys = state.key_columns
+    lookup = (
+        IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
+        if use_table
+        else None  # after a TRUNCATE in this batch the table's rows are gone
+    )
+    pending = list(events)
+    while True:
+        try:
+            return fill_unavailable(pending, keys, lookup)
+        except BadInputError as exc:
+            i = next((i for i, e in enumerate(pending) if e.position == exc.position), None)
+            if i is None:
+                raise
+            pending[i] = _unfillable(pending[i], keys, exc.message)
+
+
+def _unfillable(ev: ChangeEvent, keys: Sequence[str], reason: str) -> ChangeEvent:
+    """``ev`` as a bad change: its before key only (a 'c' keeps none: it is dropped)."""
+    row = ev.before if ev.op is Op.DELETE or ev.before is not None else ev.after
+    before = None if ev.op is Op.CREATE or row is None else {k: row.get(k) for k in keys}
+    return ev.replace(before=before, after=None, error=reason)
+
+
+def _local_spark() -> Any:
+    from spark.session import get_spark
+
+    return get_spark()
+
+
+def _stage(
+    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], table_keys: set[Any] | None = None
+) -> StagedBatch:
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
-    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters)
+    staged = stage_events(
+        events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change, table_keys
+    )
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events
@@ -263,6 +349,7 @@ def _commit(env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoin
                 snapshot_properties=summary,
                 table_properties=properties,
                 expected_parent_snapshot_id=part.parent_id,
+                remove_all=part.truncate,
             )
         except CommitConflictError:
             # Someone committed first. Our files stay valid only if the table's checkpoint

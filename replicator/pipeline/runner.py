@@ -136,6 +136,7 @@ class Replicator:
             engine=engine,
             target_file_bytes=cfg.iceberg.target_file_bytes,
             spark=spark,
+            on_bad_change=cfg.errors.on_bad_change,
         )
         # Where every table stands (read from the tables at start, advanced by each commit),
         # and how far the source has been told it may forget.

@@ -14,12 +14,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
-from ops_mapping.contract import before_key_column
+from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
+
+STOP = "stop"
+DEAD_LETTER = "dead-letter"
+
+
+class BadChangeError(TerminalError):
+    """A u/d the engine cannot apply under ``errors.on_bad_change: stop``: its table stops
+    (nothing of the batch is committed for it; its acknowledgement is held)."""
 
 
 @dataclass(frozen=True)
@@ -34,22 +43,28 @@ def stage_events(
     columns: Sequence[tuple[str, str]],
     key_columns: Sequence[str],
     dead_letters: DeadLetterSink,
+    on_bad_change: str = STOP,
+    table_keys: set[tuple[Any, ...]] | None = None,
 ) -> StagedBatch:
-    """``columns`` are (name, engine type) of the Iceberg table, in table order."""
+    """``columns`` are (name, engine type) of the Iceberg table, in table order.
+
+    A 'c'/'r' that does not convert is dead-lettered. A 'u'/'d' that does not convert would
+    leave the old row behind, so ``on_bad_change`` decides: ``stop`` raises
+    ``BadChangeError`` (table, key, position, reason); ``dead-letter`` dead-letters it and
+    still applies the delete of its before-image (a 'd' of the before key).
+
+    ``table_keys``: keys the table holds before the batch, when a key move may land on a
+    held key (``deferred_key_moves``): staged as the after-key-in-table column."""
     live = []
     dropped = 0
     for ev in events:
         if ev.op is Op.TRUNCATE:
-            # Parsed (Debezium 't') but not applied yet: kept visible as a dead letter, as
-            # before, until the pipeline empties the table at its position (issue 10 item 14).
-            dead_letters.put(
-                DeadLetter(
-                    reason="TRUNCATE is not applied yet: the Iceberg table keeps its rows",
-                    table=ev.table,
-                    position=str(ev.position),
-                    raw=repr({"op": ev.op.value}),
-                )
-            )
+            # apply.py splits a batch at its last TRUNCATE (the commit removes every file).
+            raise ValueError(f"a TRUNCATE reached staging ({ev.table} at {ev.position})")
+        elif ev.error is not None:  # the source could not convert it (key only)
+            replacement = _reject(ev, ev.error, columns, key_columns, dead_letters, on_bad_change)
+            if replacement is not None:
+                live.append(replacement)
             dropped += 1
         else:
             live.append(ev)
@@ -60,23 +75,98 @@ def stage_events(
         if not bad:
             try:
                 table = _build(live, columns, key_columns)
+                if table_keys is not None:
+                    table = table.append_column(
+                        AFTER_KEY_IN_TABLE_COLUMN, _after_key_in_table(live, key_columns, table_keys)
+                    )
                 return StagedBatch(table=table, events=len(live), dead_lettered=dropped)
             except _CONVERSION_ERRORS:
                 bad = _find_unmappable(live, columns, key_columns)
                 if not bad:
                     raise
         for idx, reason in sorted(bad.items(), reverse=True):
-            ev = live.pop(idx)
-            dead_letters.put(
-                DeadLetter(
-                    reason=reason,
-                    table=ev.table,
-                    key=_safe_key(ev, key_columns),
-                    position=str(ev.position),
-                    raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
-                )
-            )
+            replacement = _reject(live[idx], reason, columns, key_columns, dead_letters, on_bad_change)
+            if replacement is None:
+                live.pop(idx)
+            else:
+                live[idx] = replacement
             dropped += 1
+
+
+def _reject(
+    ev: ChangeEvent,
+    reason: str,
+    columns: Sequence[tuple[str, str]],
+    key_columns: Sequence[str],
+    dead_letters: DeadLetterSink,
+    on_bad_change: str,
+) -> ChangeEvent | None:
+    """Dead-letter ``ev`` (a change that cannot be applied); returns what replaces it in
+    the batch: None, or for a u under ``dead-letter`` the delete of its before-image.
+    Raises ``BadChangeError`` for a u/d under ``stop`` (or whose before key is unusable)."""
+    delete = _before_delete(ev, columns, key_columns)
+    row_change = ev.op in (Op.UPDATE, Op.DELETE)
+    # A u/d (or any change the source flagged, e.g. an unfillable placeholder) is subject to
+    # the policy; a c/r whose value does not fit is only dead-lettered.
+    if (row_change or ev.error is not None) and (
+        on_bad_change == STOP or (row_change and delete is None)
+    ):
+        why = "" if delete is not None else " (its before key is unusable, so not even the old row can be deleted)"
+        raise BadChangeError(
+            f"cannot apply this {ev.op.value!r} change: {reason}{why}",
+            table=ev.table,
+            key=_safe_key(ev, key_columns, image="before"),
+            position=ev.position,
+            hint="fix the input or the type mapping and restart; or set errors.on_bad_change: "
+            "dead-letter to skip such changes (their old row is still deleted)",
+        )
+    if row_change:
+        reason += "; its before-image was deleted (errors.on_bad_change: dead-letter)"
+    dead_letters.put(
+        DeadLetter(
+            reason=reason,
+            table=ev.table,
+            key=_safe_key(ev, key_columns),
+            position=str(ev.position),
+            raw=repr({"op": ev.op.value, "before": ev.before, "after": ev.after})[:4096],
+        )
+    )
+    return delete if row_change else None
+
+
+def deferred_key_moves(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> set[tuple[Any, ...]]:
+    """After keys of key-changing updates that a later u/d of the batch moves or deletes
+    again: where a deferred unique check (``UPDATE t SET id = 3 - id``) could have put two
+    rows on one key, so the mapper must know whether the table held the key before."""
+    keys = tuple(key_columns)
+    moved_to: set[tuple[Any, ...]] = set()
+    out: set[tuple[Any, ...]] = set()
+    for ev in events:
+        if ev.op not in (Op.UPDATE, Op.DELETE):
+            continue
+        row = _before_key_row(ev)
+        bk = tuple(row.get(k) for k in keys) if row is not None else None
+        if bk in moved_to:
+            out.add(bk)
+        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
+            ak = tuple(ev.after.get(k) for k in keys)
+            if ak != bk:
+                moved_to.add(ak)
+    return out
+
+
+def _after_key_in_table(
+    events: Sequence[ChangeEvent], key_columns: Sequence[str], table_keys: set[tuple[Any, ...]]
+) -> pa.Array:
+    keys = tuple(key_columns)
+    flags: list[bool | None] = []
+    for ev in events:
+        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
+            ak = tuple(ev.after.get(k) for k in keys)
+            flags.append(ak in table_keys if ak != tuple(ev.before.get(k) for k in keys) else None)
+        else:
+            flags.append(None)
+    return pa.array(flags, pa.bool_())
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -94,9 +184,28 @@ def _missing_keys(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> 
     return bad
 
 
-def _safe_key(ev: ChangeEvent, key_columns: Sequence[str]) -> Any:
+def _before_delete(
+    ev: ChangeEvent, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]
+) -> ChangeEvent | None:
+    """A 'd' of ``ev``'s before key, or None when that key is missing or does not convert."""
+    row = _before_key_row(ev)
+    if row is None:
+        return None
+    types = dict(columns)
+    key = {k: row.get(k) for k in key_columns}
+    for k, v in key.items():
+        if v is None:
+            return None
+        try:
+            pa.array([v], type=arrow_type(types[k]))
+        except _CONVERSION_ERRORS:
+            return None
+    return ev.replace(op=Op.DELETE, before=key, after=None, error=None)
+
+
+def _safe_key(ev: ChangeEvent, key_columns: Sequence[str], image: str = "auto") -> Any:
     try:
-        return list(ev.key(tuple(key_columns)))
+        return list(ev.key(tuple(key_columns), image=image))
     except Exception:  # noqa: BLE001 - only for the message
         return None
 

@@ -45,7 +45,7 @@ import orjson
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.errors import BadInputError, ConfigError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
-from replicator.events.debezium import DebeziumParser, DecodedChange, Filtered
+from replicator.events.debezium import BadChangeInput, DebeziumParser, DecodedChange, Filtered
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.sources.base import ChangeSource
 
@@ -292,6 +292,10 @@ class DebeziumFileSource(ChangeSource):
         pos = SourcePosition(source=POSITION_SOURCE, parts=(name, line))
         try:
             change = self._parser.decode(raw, pos)
+        except BadChangeInput as exc:
+            # A u/d that does not convert: passed on (key only) so the pipeline applies
+            # errors.on_bad_change to it instead of leaving its old row in the table.
+            change = exc.change
         except BadInputError as exc:
             self._dead_letter(
                 DeadLetter(

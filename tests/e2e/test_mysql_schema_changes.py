@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from replicator.cli.main import main as cli
@@ -231,7 +230,7 @@ def test_changes_before_a_stopping_statement_are_committed(
     assert rows(cfg_path, f"{mysql_db.name}.t") == [{"id": 1, "a": 1}, {"id": 2, "a": 2}]
 
 
-def test_truncate_is_dead_lettered_and_not_replicated(
+def test_truncate_is_replicated(
     tmp_path: Path, mysql_db: MySQLDb, spark: Any  # noqa: F811
 ) -> None:
     mysql_db.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)")
@@ -239,11 +238,8 @@ def test_truncate_is_dead_lettered_and_not_replicated(
     run(cfg_path, spark)
     mysql_db.sql("TRUNCATE TABLE t", "INSERT INTO t VALUES (3)")
     summary = run(cfg_path, spark)
-    assert summary.dead_letters == 1 and not summary.stopped
-    cfg = load(cfg_path)
-    (letter,) = [orjson.loads(ln) for ln in cfg.dead_letter_path.read_text().splitlines()]
-    assert letter["table"] == f"{mysql_db.name}.t" and "TRUNCATE" in letter["reason"]
-    assert [r["id"] for r in rows(cfg_path, f"{mysql_db.name}.t")] == [1, 2, 3]
+    assert summary.dead_letters == 0 and not summary.stopped
+    assert [r["id"] for r in rows(cfg_path, f"{mysql_db.name}.t")] == [3]
 
 
 def test_table_created_later_is_snapshotted_at_the_next_start(

@@ -8,7 +8,10 @@ random points and each batch into random RecordBatch chunks. Three modes:
   policy upserts reads and re-sent creates of present keys when it upserts creates (replays);
 - ``absent_deletes``: ``valid`` plus deletes of keys that are not there;
 - ``chaos``: any op on any key with the full upsert policy (replays, reordered snapshots):
-  the table must still converge to the source's upsert semantics.
+  the table must still converge to the source's upsert semantics;
+- ``deferred``: ``valid`` plus key permutations under a DEFERRABLE primary key, each within
+  one batch (one transaction): swaps and cycles of present keys (``UPDATE t SET id = 3 - id``)
+  and shifts onto an absent key (``SET id = id + 1``), their updates in any order.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ KEYSPACE: dict[str, list[Key]] = {
 LAYOUTS = {"simple": SIMPLE, "composite": COMPOSITE}
 LAYOUT_NAMES = ("simple", "composite")  # simplest first: Hypothesis shrinks towards it
 TARGETS = [1, 30, 64, 200, 128 * MIB]
-MODES = ("valid", "absent_deletes", "chaos")
+MODES = ("valid", "absent_deletes", "chaos", "deferred")
 
 # Strategies built once: building one per draw costs more than the test itself.
 _INDEX: dict[int, st.SearchStrategy[int]] = {n: st.integers(0, n - 1) for n in range(1, 64)}
@@ -91,13 +94,28 @@ def scenarios(draw: st.DrawFn, mode: str = "valid", max_events: int = 40) -> Sce
     target = _pick(draw, TARGETS)
     if mode == "chaos":
         policy = MappingPolicy(target, upsert_creates=True, upsert_reads=True)
+    elif mode == "deferred":
+        # Key moves onto held keys are told apart from replays only without upserted creates
+        # (replayed batches upsert; a permutation is never in the replayed overlap).
+        policy = MappingPolicy(target, upsert_creates=False, upsert_reads=draw(_BOOL))
     else:
         policy = MappingPolicy(target, draw(_BOOL), draw(_BOOL))
     chaos = _chaos_steps(keys)
     n = draw(st.integers(0, max_events))
     present: set[Key] = set()
     events: list[Ev] = []
-    for seq in range(1, n + 1):
+    spans: list[tuple[int, int]] = []  # [start, end) of each deferred permutation
+    seq = 0
+    while seq < n:
+        if mode == "deferred" and len(present) >= 2 and draw(_BOOL):
+            start = len(events)
+            for before, after in _permutation(draw, keys, present):
+                seq += 1
+                row = _row(layout_name, after, seq, (seq * 7) % 13)
+                events.append(Ev(seq, "u", before, row, deferred=True))
+            spans.append((start, len(events)))
+            continue
+        seq += 1
         # One draw per event keeps generation cheap; pad (row size) just varies with seq.
         steps = chaos if mode == "chaos" else _valid_steps(mode, policy, keys, present)
         op, before, after = _pick(draw, steps)
@@ -108,7 +126,11 @@ def scenarios(draw: st.DrawFn, mode: str = "valid", max_events: int = 40) -> Sce
             row = _row(layout_name, after, seq, (seq * 7) % 13)
             present.add(after)
         events.append(Ev(seq, op, before, row))
-    bounds = [0, *sorted(draw(st.lists(st.integers(0, n), max_size=5))), n]
+    n = len(events)
+    # A permutation is one transaction: batches close at transaction boundaries only.
+    cut_points = [b for b in draw(st.lists(st.integers(0, n), max_size=5))
+                  if not any(a < b < e for a, e in spans)]
+    bounds = [0, *sorted(cut_points), n]
     batches = tuple(tuple(events[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
     cuts = tuple(
         tuple(draw(st.lists(st.integers(0, len(b)), max_size=3))) if b else () for b in batches
@@ -117,6 +139,24 @@ def scenarios(draw: st.DrawFn, mode: str = "valid", max_events: int = 40) -> Sce
 
 
 Step = tuple[str, Key | None, Key | None]  # (op, before key, after key)
+
+
+def _permutation(draw: st.DrawFn, keys: list[Key], present: set[Key]) -> list[tuple[Key, Key]]:
+    """(before, after) key moves of one deferred-check transaction, in a drawn order: a
+    cycle of present keys, or a chain of present keys whose last one moves to an absent key.
+    Updates ``present``."""
+    pres = [k for k in keys if k in present]
+    absent = [k for k in keys if k not in present]
+    chain = draw(st.lists(st.sampled_from(pres), min_size=2, max_size=min(4, len(pres)), unique=True))
+    if absent and draw(_BOOL):  # shift: c0 -> c1 -> ... -> absent
+        target = _pick(draw, absent)
+        moves = [(a, b) for a, b in zip(chain, chain[1:], strict=False)] + [(chain[-1], target)]
+        present.discard(chain[0])
+        present.add(target)
+    else:  # swap / cycle
+        moves = [(a, b) for a, b in zip(chain, chain[1:] + chain[:1], strict=True)]
+    order = draw(st.permutations(range(len(moves))))
+    return [moves[i] for i in order]
 
 
 def _chaos_steps(keys: list[Key]) -> list[Step]:

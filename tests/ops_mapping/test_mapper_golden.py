@@ -341,3 +341,27 @@ def test_errors_leave_state_untouched() -> None:
     assert mapper.key_positions.position((1,)) == (0, 0)
     mapper.map_chunk(events_batch(SIMPLE, [d(2, 1)]))
     assert mapper.finish().stats.position_deletes == 1
+
+
+def test_key_swap_in_one_batch_under_a_deferrable_key() -> None:
+    """Issue 10 item 12: ``UPDATE t SET id = 3 - id`` -> u 1->2, u 2->1 (rows of an earlier
+    batch): each row moves; the table's old rows go by equality delete."""
+    rep = Replica(SIMPLE)
+    rep.batch([c(1, 1, "one"), c(2, 2, "two")])
+    run = rep.batch([
+        Ev(3, "u", (1,), {"id": 2, "val": "was one"}, deferred=True),
+        Ev(4, "u", (2,), {"id": 1, "val": "was two"}, deferred=True),
+    ])
+    assert live(rep) == {1: "was two", 2: "was one"} == {k[0]: v["val"] for k, v in rep.source.items()}
+    assert sorted(eq_keys(run)) == [(1,), (2,)] and pos_deletes(run) == []
+
+
+def test_key_swap_of_rows_written_in_the_same_batch() -> None:
+    rep = Replica(SIMPLE)
+    run = rep.batch([
+        c(1, 1, "one"), c(2, 2, "two"),
+        Ev(3, "u", (1,), {"id": 2, "val": "was one"}, deferred=True),
+        Ev(4, "u", (2,), {"id": 1, "val": "was two"}, deferred=True),
+    ])
+    assert live(rep) == {1: "was two", 2: "was one"}
+    assert pos_deletes(run) == [(0, 0), (0, 1)] and eq_keys(run) == []

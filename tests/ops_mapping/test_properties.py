@@ -51,3 +51,10 @@ def test_no_two_live_rows_share_a_key_and_deletes_stay_in_range(sc: Scenario) ->
 @given(scenarios("absent_deletes"))
 def test_chunking_does_not_change_the_output(sc: Scenario) -> None:
     check_chunking_invariant(sc)
+
+
+@ops_settings()
+@given(scenarios("deferred"))
+def test_key_swaps_cycles_and_shifts_under_a_deferred_key(sc: Scenario) -> None:
+    """Issue 10 item 12: ``u 1->2, u 2->1`` in one batch (a DEFERRABLE primary key)."""
+    check_history(sc)

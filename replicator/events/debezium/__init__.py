@@ -17,10 +17,17 @@ from replicator.events.debezium.decimals import (
     decode_connect_decimal,
     encode_connect_decimal,
 )
-from replicator.events.debezium.parser import DebeziumParser, DecodedChange, Filtered, parse_line
+from replicator.events.debezium.parser import (
+    BadChangeInput,
+    DebeziumParser,
+    DecodedChange,
+    Filtered,
+    parse_line,
+)
 
 __all__ = [
     "VARIABLE_SCALE_DECIMAL_TYPE",
+    "BadChangeInput",
     "DebeziumParser",
     "DecodedChange",
     "Filtered",

@@ -52,6 +52,17 @@ class DecodedChange:
     schema: TableSchema
     ts_ms: int | None
     tx_id: str | None
+    error: str | None = None  # a u/d whose images do not convert: ``before`` = its key
+
+
+class BadChangeInput(BadInputError):
+    """A u/d that does not convert but whose before key does: ``change`` carries that key
+    (``error`` set) so the pipeline can apply ``errors.on_bad_change`` instead of leaving
+    the old row behind."""
+
+    def __init__(self, message: str, change: DecodedChange, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.change = change
 
 
 class DebeziumParser:
@@ -107,6 +118,9 @@ class DebeziumParser:
         op: Op | None = None
         before: Any = None
         after: Any = None
+        plan: Plan | None = None
+        payload: Any = None
+        source: Any = None
         try:
             fast = self._wrappers and type(line) is bytes and self._wrappers.split(line)
             if fast:
@@ -226,6 +240,9 @@ class DebeziumParser:
             )
         except Bad as exc:
             key = envelope.error_key(op, before, after, key_payload, key_columns)
+            bad = _bad_change(str(exc), table, op, plan, before, key_payload, payload, source)
+            if bad is not None:
+                raise BadChangeInput(str(exc), bad, table=table, key=key, position=position) from None
             raise BadInputError(str(exc), table=table, key=key, position=position) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             # Input shaped in a way no check above foresaw (e.g. a schema with a list where
@@ -256,6 +273,7 @@ class DebeziumParser:
             ts_ms=change.ts_ms,
             tx_id=change.tx_id,
             last_in_tx=last_in_tx,
+            error=change.error,
         )
 
     # -- internals ----------------------------------------------------------------------
@@ -336,3 +354,34 @@ def parse_line(
     """Convenience for one-off parsing (no cache reuse: use ``DebeziumParser`` for streams)."""
     parser = DebeziumParser(primary_keys=primary_keys, default_table=default_table)
     return parser.parse(line, position)
+
+
+def _bad_change(
+    reason: str, table: str | None, op: Op | None, plan: Plan | None, before: Any,
+    key_payload: Any, payload: Any, source: Any,
+) -> DecodedChange | None:
+    """The key-only change of a u/d that failed to convert, or None when its before key is
+    unknown or does not convert either (then the line is only dead-lettered)."""
+    if op not in (Op.UPDATE, Op.DELETE) or plan is None or table is None:
+        return None
+    keys = plan.key_columns
+    for image in (before, key_payload):
+        if type(image) is dict and all(image.get(k) is not None for k in keys):
+            try:
+                key = plan.convert({k: image[k] for k in keys})
+            except (Bad, ValueError, TypeError, OverflowError):
+                return None
+            # The line is bad: its ts_ms or transaction may be what is bad about it.
+            try:
+                ts_ms = _ts_ms(payload) if type(payload) is dict else None
+            except Bad:
+                ts_ms = None
+            try:
+                tx_id = envelope.tx_id(payload, source, op) if type(payload) is dict else None
+            except Bad:
+                tx_id = None
+            return DecodedChange(
+                table=table, op=op, before=key, after=None, schema=plan.schema, ts_ms=ts_ms,
+                tx_id=tx_id, error=reason,
+            )  # fmt: skip
+    return None

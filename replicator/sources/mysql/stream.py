@@ -248,7 +248,9 @@ class BinlogStream:
             yield from self._end_tx(pkt.log_pos)
             return
         begin = self._tx.begin if self._tx is not None else pkt.log_pos - pkt.event_size
-        self._ddl(ev, (self._file, begin, 0))
+        at = (self._file, begin, 0)
+        for table in self._ddl(ev, at):
+            yield from self._truncate(table, at, ev.timestamp * 1000)
         if self._tx is None or not self._tx.explicit:
             yield from self._end_tx(pkt.log_pos)
 
@@ -341,7 +343,27 @@ class BinlogStream:
         self._rel_by_columns[id(cols)] = (cols, version, rel)
         self._rels[ev.table_id] = rel
 
-    def _ddl(self, ev: QueryEvent, at: Parts) -> None:
+    def _truncate(self, table: str, at: Parts, ts_ms: int) -> Iterator[ChangeEvent]:
+        """A TRUNCATE event (its own transaction: DDL commits implicitly). Its schema is the
+        table's last one seen in this stream, if any (the pipeline needs none to empty a
+        table it already has)."""
+        done = self.committed.get(table, ())
+        if at <= (done if done > self.last_out else self.last_out):
+            self.stats.skipped += 1
+            return
+        schema = next(
+            (r.schema for r in reversed(list(self._rel_cache.values())) if r.table == table), None
+        )
+        tx_id = self._tx.tx_id if self._tx is not None else f"{at[0]}:{at[1]}"
+        item = (table, Op.TRUNCATE, None, None, at, schema, ts_ms, tx_id)
+        prev, self._pending = self._pending, item
+        if prev is not None:
+            self.last_out = prev[4]
+            yield self._emit(prev, False)
+
+    def _ddl(self, ev: QueryEvent, at: Parts) -> list[str]:
+        """Applies schema changes to the history; returns the tables it truncates."""
+        truncated: list[str] = []
         db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else ev.schema
         where = SourcePosition(source="mysql", parts=at)
         for ch in parse_ddl(ev.query, db or None):
@@ -366,18 +388,7 @@ class BinlogStream:
                 )
             if ch.kind == "truncate":
                 self.stats.truncates += 1
-                log.warning(
-                    "TRUNCATE of %s is not replicated; the Iceberg table keeps its rows", ch.table
-                )
-                self.dead_letters.put(
-                    DeadLetter(
-                        reason="TRUNCATE is not replicated: the Iceberg table keeps the "
-                        "truncated rows",
-                        table=ch.table,
-                        position=str(where),
-                        raw=ev.query[:4096],
-                    )
-                )
+                truncated.append(ch.table)
                 continue
             for old, new in ch.renamed_columns:
                 log.warning(
@@ -388,6 +399,7 @@ class BinlogStream:
                     new,
                 )
             self.history.apply(ch, at)
+        return truncated
 
     # -- rows ---------------------------------------------------------------------------------
     def _rows(self, ev: Any) -> Iterator[ChangeEvent]:

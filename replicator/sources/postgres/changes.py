@@ -194,7 +194,7 @@ class ChangeAssembler:
             self._rels[msg.relid] = self._relation(msg)
         elif t is Truncate:
             assert isinstance(msg, Truncate)
-            self._truncate(msg)
+            yield from self._truncate(msg)
         # Origin, Type and Message carry nothing the engine needs.
 
     def _relation(self, msg: Relation) -> RelState:
@@ -303,23 +303,30 @@ class ChangeAssembler:
             self.stats.toast_fetched += len(missing)
         return True
 
-    def _truncate(self, msg: Truncate) -> None:
+    def _truncate(self, msg: Truncate) -> Iterator[ChangeEvent]:
+        """One TRUNCATE event per selected table, in the transaction's order (the pipeline
+        empties the Iceberg table at that position; later changes apply on top)."""
         tx = self._tx
-        if tx is not None:
-            tx.index += 1
-        where = str(SourcePosition(source="postgres", parts=(tx.lsn, -1))) if tx else None
+        if tx is None:
+            raise TerminalError("TRUNCATE outside a transaction in the pgoutput stream")
         for relid in msg.relids:
             rel = self._rels.get(relid)
+            idx = tx.index
+            tx.index += 1
             if rel is None or not rel.selected:
                 continue
             self.stats.truncates += 1
-            log.warning(
-                "TRUNCATE of %s is not replicated; the Iceberg table keeps its rows", rel.table
-            )
-            self.dead_letters.put(DeadLetter(
-                reason="TRUNCATE is not replicated: the Iceberg table keeps the truncated rows",
-                table=rel.table, position=where,
-            ))  # fmt: skip
+            parts = (tx.lsn, idx)
+            committed = self.committed.get(rel.table)
+            if parts <= self.last_out or (committed is not None and parts <= committed):
+                self.stats.skipped += 1
+                continue
+            item: Pending = (rel.table, Op.TRUNCATE, None, None, parts, rel.schema, tx.ts_ms, tx.xid)
+            prev, self._pending = self._pending, item
+            if prev is not None:
+                self.last_out = prev[4]
+                self.stats.changes += 1
+                yield make_event(*prev, False)
 
     def dead_letter(
         self, rel: RelState, values: Any, parts: Parts, exc: ValueConversionError

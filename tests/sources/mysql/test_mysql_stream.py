@@ -206,9 +206,10 @@ def test_rename_drop_and_truncate(db: TestDb, make_source: Callable[..., MySQLSo
         for e in src.poll():
             got.append(e)
     assert [e.after["id"] for e in got if e.after] == [1, 2]
+    assert [e.op.value for e in got] == ["c", "t", "c"]  # TRUNCATE is an event in between
     assert err.value.table == f"{db.name}.t" and "renamed to" in err.value.message
     assert "source.tables" in (err.value.hint or "") and err.value.position is not None
-    assert src.stats.truncates == 1 and "TRUNCATE" in src.dead_letters.path.read_text()
+    assert src.stats.truncates == 1 and src.dead_letters.total == 0
     # a restart from before the rename stops at the same statement again
     again = make_source(db, tables=[f"{db.name}.u"])  # t no longer exists: take it out
     again.start(Checkpoints.at({f"{db.name}.u": got[-1].position}))

@@ -283,16 +283,17 @@ def test_restart_and_reconnect_skip_what_was_handed_out(sql: Sql, make_source: M
 
 
 @pytest.mark.integration
-def test_truncate_is_dead_lettered(sql: Sql, make_source: Make, tmp_path: Path) -> None:
+def test_truncate_is_an_event(sql: Sql, make_source: Make, tmp_path: Path) -> None:
     sql("CREATE TABLE marker (n int PRIMARY KEY); CREATE TABLE t (id int PRIMARY KEY)")
     src = make_source()
     src.start(Checkpoints.at({}))
     kit.drain(src)
     sql("INSERT INTO t VALUES (1); TRUNCATE t")
     _marker(sql, 1)
-    kit.drain(src, _until_marker(1))
-    letters = [json.loads(x) for x in (tmp_path / "dead.jsonl").read_text().splitlines()]
-    assert [d["table"] for d in letters] == ["public.t"] and "TRUNCATE" in letters[0]["reason"]
+    got = [e for e in kit.drain(src, _until_marker(1)) if e.table == "public.t"]
+    assert [e.op.value for e in got] == ["c", "t"]
+    assert got[0].position < got[1].position and got[1].last_in_tx and got[1].schema_ is not None
+    assert not (tmp_path / "dead.jsonl").exists()
 
 
 @pytest.mark.integration
