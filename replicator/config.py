@@ -164,11 +164,14 @@ class BatchConfig(_Strict):
     linger_seconds: Annotated[float, Field(ge=0)] = 1.0
 
 
+DEFAULT_STATE_DIR = ".replicator"  # load_config resolves it against the config's folder
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
-    state_dir: Path = Field(Path(".replicator"), description="dead letters and run state")
+    state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 
     @property
@@ -258,8 +261,10 @@ def _resolve_paths(raw: dict, base: Path) -> None:
             ice.pop("catalog_uri", None)
         if isinstance(cat, dict) and cat.get("uri") is None:
             cat.pop("uri", None)
-    if isinstance(raw.get("state_dir"), str):
-        raw["state_dir"] = str((base / raw["state_dir"]).resolve())
+    # The default too: state_dir is relative to the config file's folder, never the cwd.
+    state_dir = raw.get("state_dir", DEFAULT_STATE_DIR)
+    if isinstance(state_dir, str):
+        raw["state_dir"] = str((base / state_dir).resolve())
 
 
 def _absolute_sqlite(uri: Any, base: Path) -> Any:

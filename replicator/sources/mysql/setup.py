@@ -151,6 +151,20 @@ class ServerInfo:
     row_metadata: str | None  # None: the server has no binlog_row_metadata
 
 
+def source_identity(conn: pymysql.Connection[Cursor], is_mariadb: bool) -> str:
+    """Which server the binlog positions belong to (``replicator.sources.common.identity``):
+    ``mysql:<server_uuid>/<server_id>``, or on MariaDB (no ``server_uuid``)
+    ``mariadb:<server_uid>/<server_id>/<gtid_domain_id>``."""
+    if is_mariadb:
+        v = variables(conn, "server_uid", "server_id", "gtid_domain_id")
+        return (
+            f"mariadb:{v.get('server_uid', '?')}/{v.get('server_id', '?')}"
+            f"/{v.get('gtid_domain_id', '?')}"
+        )
+    v = variables(conn, "server_uuid", "server_id")
+    return f"mysql:{v.get('server_uuid', '?')}/{v.get('server_id', '?')}"
+
+
 def check_server(conn: pymysql.Connection[Cursor], *, source_server_id: int) -> ServerInfo:
     v = variables(
         conn,

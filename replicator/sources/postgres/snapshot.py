@@ -20,7 +20,8 @@ Resume. Tables are read one by one in a fixed order, each in primary-key order t
 server-side cursor, ``snapshot_chunk_rows`` rows at a time. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
-``<state_dir>/postgres-<slot>.snapshot.json`` (atomically). A restart with that file resumes
+``<state_dir>/postgres-<slot>.snapshot.json`` (atomically), stamped with the source's identity
+(a file of another server or database is refused). A restart with that file resumes
 at (table, key > last key) instead of starting over; new rows get seqs above every committed
 one, so none is skipped as "already committed". Tables without a primary key (REPLICA
 IDENTITY FULL) are read in physical order and restart from their beginning. Without a state
@@ -53,6 +54,7 @@ class SnapshotState:
     last_key: list[str | None] | None = None  # text key of its last committed row
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
+    source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
 
     @classmethod
     def load(cls, path: Path) -> SnapshotState | None:

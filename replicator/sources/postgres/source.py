@@ -43,6 +43,7 @@ from replicator.errors import TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource
+from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.postgres import setup
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
@@ -52,7 +53,11 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.pgoutput import TupleData, decode, str_to_lsn
-from replicator.sources.postgres.replication import ReplicationConnection, session_conninfo
+from replicator.sources.postgres.replication import (
+    ReplicationConnection,
+    session_conninfo,
+    source_identity,
+)
 from replicator.sources.postgres.snapshot import (
     Chunk,
     SnapshotReader,
@@ -138,16 +143,22 @@ class PostgresSource(ChangeSource):
 
     def start(self, checkpoints: Checkpoints) -> None:
         try:
-            self._start({t: p.parts for t, p in checkpoints.positions("postgres").items()})
+            self._start(checkpoints)
         except BaseException:
             self.close()  # releases the fence: a failed check must not block the next try
             raise
 
-    def _start(self, committed: dict[str, tuple[int | str, ...]]) -> None:
+    def _start(self, checkpoints: Checkpoints) -> None:
+        committed = {t: p.parts for t, p in checkpoints.positions("postgres").items()}
         conn = self._conn = self._connect()
         self.fencing_token = setup.acquire_fence(conn, self.slot)
         setup.check_server(conn)
         setup.check_role(conn)
+        self.source_id = source_identity(conn, self.dsn, self.slot)
+        check_checkpoints(checkpoints, self.source_id, self.kind)
+        state = SnapshotState.load(self.state_path) if self.state_path else None
+        if state is not None and self.state_path is not None:
+            check_state(self.state_path, state.source_id, self.source_id)
         self.keepalive_seconds = _keepalive_seconds(conn)
         infos = setup.list_tables(conn, self.tables_config)
         setup.check_tables(conn, infos)
@@ -174,7 +185,6 @@ class PostgresSource(ChangeSource):
                 repl.close()
             return
         self._confirmed = slot.confirmed_flush
-        state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and state.slot != self.slot:
             state = None
         plan = plan_resumed_snapshot(
@@ -218,8 +228,9 @@ class PostgresSource(ChangeSource):
             key = t.pk_columns or tuple(c[0] for c in cols)  # FULL identity: the whole row
             self._snap_rels[t.qualified] = build_rel(self._asm.mapper, t.qualified, cols, key)
         self._snap_state = SnapshotState(
-            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq
-        )
+            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
+            source_id=self.source_id,
+        )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)
         self._bar = tqdm(
