@@ -23,8 +23,8 @@ pipeline acknowledges a snapshot position, the last boundary at or below it is w
 ``<state_dir>/postgres-<slot>.snapshot.json`` (atomically), stamped with the source's identity
 (a file of another server or database is refused). A restart with that file resumes
 at (table, key > last key) instead of starting over; new rows get seqs above every committed
-one, so none is skipped as "already committed". Tables without a primary key (REPLICA
-IDENTITY FULL) are read in physical order and restart from their beginning. Without a state
+one, so none is skipped as "already committed". The key is ``TableInfo.key_columns`` (the
+replica identity index when set, else the primary key): the one the stream keys on. Without a state
 directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for the rule).
 """
 
@@ -126,7 +126,7 @@ class SnapshotReader:
             t = self.tables[self.table_index]
             cols = self.columns[t.qualified]
             names = tuple(c[0] for c in cols)
-            key_cols = t.pk_columns
+            key_cols = t.key_columns
             key_idx = tuple(names.index(k) for k in key_cols)
             # ONLY: inheritance children stream as their own relations; a partitioned root
             # (published via the root) must include its partitions.

@@ -225,8 +225,10 @@ class PostgresSource(ChangeSource):
         self._snap_chunks = reader.chunks()
         for t in order:
             cols = columns[t.qualified]
-            key = t.pk_columns or tuple(c[0] for c in cols)  # FULL identity: the whole row
-            self._snap_rels[t.qualified] = build_rel(self._asm.mapper, t.qualified, cols, key)
+            # The stream's key (changes.key_for): identity index, else primary key.
+            self._snap_rels[t.qualified] = build_rel(
+                self._asm.mapper, t.qualified, cols, t.key_columns
+            )
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
             source_id=self.source_id,
