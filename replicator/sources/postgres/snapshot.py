@@ -40,6 +40,7 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
+from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
 
@@ -102,10 +103,24 @@ class SnapshotReader:
     next_seq: int = 0
     boundaries: list[Boundary] = field(default_factory=list)
 
-    def begin(self, snapshot_name: str | None) -> None:
+    def begin(self, snapshot_name: str | None) -> int | None:
+        """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
+        returns a WAL position at or above the commit record of every transaction it sees.
+
+        That bound is read by the snapshot's own first statement: REPEATABLE READ takes the
+        snapshot when that statement starts, before the function runs, and a transaction
+        becomes visible only after its commit record is inserted. So the *insert* position
+        read then is past every visible commit. ``pg_current_wal_lsn()`` (the *write*
+        position) is not: with ``synchronous_commit = off`` a commit is visible while its
+        record still waits in the WAL buffers, above that position; and read on another
+        session before the snapshot exists, it also misses commits made in between."""
         self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if snapshot_name is not None:
             self.conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
+            return None
+        row = self.conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        return str_to_lsn(str(row[0]))
 
     @property
     def done(self) -> bool:

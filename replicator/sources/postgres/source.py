@@ -52,7 +52,7 @@ from replicator.sources.postgres.changes import (
     build_rel,
     make_event,
 )
-from replicator.sources.postgres.pgoutput import TupleData, decode, str_to_lsn
+from replicator.sources.postgres.pgoutput import TupleData, decode
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
     session_conninfo,
@@ -208,16 +208,12 @@ class PostgresSource(ChangeSource):
             self._text_conn, order, columns, self.snapshot_chunk_rows,
             last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
         )  # fmt: skip
-        reader.begin(snapshot_name)
-        if snapshot_name is None:
+        bound = reader.begin(snapshot_name)
+        if bound is not None:
             # A fresh snapshot is newer than the slot: rows it saw can come again from the
-            # stream. Every commit it can see has a commit LSN below the current WAL position.
-            row = self._conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-            until = (
-                SourcePosition(source="postgres", parts=(str_to_lsn(row[0]), 2**62))
-                if row is not None
-                else None
-            )
+            # stream. Every commit it sees has its commit record below ``bound`` (see
+            # ``SnapshotReader.begin``; safe under synchronous_commit = off).
+            until = SourcePosition(source="postgres", parts=(bound, 2**62))
             self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
