@@ -30,18 +30,25 @@ The identities (``kind:...``, compared as whole strings):
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from replicator.checkpoint import Checkpoints
 from replicator.errors import SourceSetupError
 
 
-def check_checkpoints(checkpoints: Checkpoints, source_id: str, kind: str) -> None:
-    """Refuse table checkpoints of this source kind recorded by another source."""
+def check_checkpoints(
+    checkpoints: Checkpoints, source_id: str, kind: str, tables: Collection[str]
+) -> None:
+    """Refuse checkpoints of the selected ``tables`` recorded by another source of this
+    kind (tables of other sources may share the Iceberg namespace: not this source's)."""
     foreign = {
         table: cp.source_id
         for table, cp in checkpoints.tables.items()
-        if cp.position.source == kind and cp.source_id is not None and cp.source_id != source_id
+        if table in tables
+        and cp.position.source == kind
+        and cp.source_id is not None
+        and cp.source_id != source_id
     }
     if not foreign:
         return

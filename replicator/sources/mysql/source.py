@@ -178,7 +178,6 @@ class MySQLSource(ChangeSource):
         self.server = setup.check_server(conn, source_server_id=self.server_id)
         setup.check_privileges(conn)
         self.source_id = setup.source_identity(conn, self.server.is_mariadb)
-        check_checkpoints(checkpoints, self.source_id, self.kind)
         state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
         if state is not None and self.snapshot_path is not None:
             check_state(self.snapshot_path, state.source_id, self.source_id)
@@ -188,6 +187,7 @@ class MySQLSource(ChangeSource):
             self.params.database,
             committed=[t for t, p in committed.items() if p.source == "mysql"],
         )
+        check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in listed})
         # Committed tables renamed, dropped or stripped of their key while the engine was
         # stopped: streamed (never snapshotted) up to that statement, where the stream stops.
         infos = [i for i in listed if i.pk_columns]

@@ -155,12 +155,12 @@ class PostgresSource(ChangeSource):
         setup.check_server(conn)
         setup.check_role(conn)
         self.source_id = source_identity(conn, self.dsn, self.slot)
-        check_checkpoints(checkpoints, self.source_id, self.kind)
         state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and self.state_path is not None:
             check_state(self.state_path, state.source_id, self.source_id)
         self.keepalive_seconds = _keepalive_seconds(conn)
         infos = setup.list_tables(conn, self.tables_config)
+        check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in infos})
         setup.check_tables(conn, infos)
         self._tables = {t.qualified: t for t in infos}
         added = setup.ensure_publication(conn, self.publication, infos)

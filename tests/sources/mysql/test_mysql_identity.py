@@ -45,13 +45,14 @@ def test_state_and_checkpoints_of_another_server_are_refused(
     again.close()
 
     # Another server (same server_id and GTID domain: both are MariaDB's defaults) with the
-    # same database, read with the same state_dir and engine server_id.
+    # same database and engine server_id, given the first server's checkpoint.
     other = extra_server()
     other.execute(f"CREATE DATABASE `{db.name}`")
     other.execute(create, fill, db=db.name)
     b = make_source(
-        TestDb(other, db.name), tables=[f"{db.name}.t"], state_dir=state, server_id=4800
-    )
+        TestDb(other, db.name), tables=[f"{db.name}.t"], state_dir=tmp_path / "fresh",
+        server_id=4800,
+    )  # fmt: skip
     with pytest.raises(SourceSetupError) as err:
         b.start(cp)
     msg = err.value.describe()

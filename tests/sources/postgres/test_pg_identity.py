@@ -118,6 +118,12 @@ def test_checkpoint_of_another_source_is_refused(
             again.start(cps(ok))
             again.close()
         other = own.replace(f"/{oid}:", f"/{int(oid) + 1}:")  # the database re-created
+        # A table of another source in the same namespace, not selected here: not ours.
+        shared = _source(dsn, tmp_path, tmp_path / "state")
+        sources.append(shared)
+        stranger = Checkpoint(position=events[-1].position, writer_id="w", source_id=other)
+        shared.start(Checkpoints({"public.elsewhere": stranger}))
+        shared.close()
         foreign = _source(dsn, tmp_path, tmp_path / "state")
         sources.append(foreign)
         with pytest.raises(SourceSetupError) as err:
