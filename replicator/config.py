@@ -219,13 +219,16 @@ class ErrorsConfig(_Strict):
     on_bad_change: Literal["stop", "dead-letter"] = "stop"
 
 
+DEFAULT_STATE_DIR = ".replicator"  # load_config resolves it against the config's folder
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
     spark: SparkConfig = SparkConfig()
     errors: ErrorsConfig = ErrorsConfig()
-    state_dir: Path = Field(Path(".replicator"), description="dead letters and run state")
+    state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 
     @property
@@ -315,8 +318,10 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             ice.pop("catalog_uri", None)
         if isinstance(cat, dict) and cat.get("uri") is None:
             cat.pop("uri", None)
-    if isinstance(raw.get("state_dir"), str):
-        raw["state_dir"] = str((base / raw["state_dir"]).resolve())
+    # The default too: state_dir is relative to the config file's folder, never the cwd.
+    state_dir = raw.get("state_dir", DEFAULT_STATE_DIR)
+    if isinstance(state_dir, str):
+        raw["state_dir"] = str((base / state_dir).resolve())
     spark = raw.get("spark")
     if isinstance(spark, dict) and isinstance(spark.get("staging"), str) and "://" not in spark["staging"]:
         spark["staging"] = str((base / spark["staging"]).resolve())

@@ -160,3 +160,21 @@ iceberg:
 
     assert "nested-secret-1" in secrets.secrets_in(cfg.iceberg.catalog_properties)
     assert secrets.scrub("x nested-secret-1 y") == "x *** y"  # registered when loaded
+
+
+def test_default_state_dir_is_next_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10 item 13: as the README says, not relative to the working directory (a run
+    started from another folder would lose its snapshot progress and lock)."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(_write(conf, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+    assert cfg.state_dir == (conf / ".replicator").resolve()
+    assert cfg.dead_letter_path == (conf / ".replicator" / "dead_letters.jsonl").resolve()

@@ -225,8 +225,8 @@ class PostgresSide:
         for info in infos:
             cols = table_columns(conn, info)
             names = [c[0] for c in cols]
-            # Like the engine: the primary key, or every column under REPLICA IDENTITY FULL.
-            key = info.pk_columns or tuple(names)
+            # Like the engine: the replica identity index when set, else the primary key.
+            key = info.key_columns or tuple(names)
             engine = {n: mapper.column(n, oid, mod).spec.type for n, oid, mod in cols}
             attrs = {
                 r[0]: (str(r[1]), int(r[2]))

@@ -8,6 +8,7 @@ never a stack trace.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from replicator.errors import (
     TransientError,
 )
 from replicator.sources.mysql.types import quote_ident
+
+log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 ER_ACCESS_DENIED = 1045
@@ -149,6 +152,20 @@ class ServerInfo:
     server_id: int
     log_bin_basename: str
     row_metadata: str | None  # None: the server has no binlog_row_metadata
+
+
+def source_identity(conn: pymysql.Connection[Cursor], is_mariadb: bool) -> str:
+    """Which server the binlog positions belong to (``replicator.sources.common.identity``):
+    ``mysql:<server_uuid>/<server_id>``, or on MariaDB (no ``server_uuid``)
+    ``mariadb:<server_uid>/<server_id>/<gtid_domain_id>``."""
+    if is_mariadb:
+        v = variables(conn, "server_uid", "server_id", "gtid_domain_id")
+        return (
+            f"mariadb:{v.get('server_uid', '?')}/{v.get('server_id', '?')}"
+            f"/{v.get('gtid_domain_id', '?')}"
+        )
+    v = variables(conn, "server_uuid", "server_id")
+    return f"mysql:{v.get('server_uuid', '?')}/{v.get('server_id', '?')}"
 
 
 def check_server(conn: pymysql.Connection[Cursor], *, source_server_id: int) -> ServerInfo:
@@ -314,6 +331,11 @@ def list_tables(
                 else c.partition(".")[0] not in SYSTEM_SCHEMAS
             )
         ]
+        for i in infos:
+            if not i.pk_columns and i.qualified not in committed:
+                log.warning(
+                    "not replicating %s: it has no primary key (%s)", i.qualified, key_hint(conn, i)
+                )
         if gone:
             return [i for i in infos if i.pk_columns] + gone
         where = default_db or "any user database"
@@ -361,12 +383,38 @@ def list_tables(
         if not info.pk_columns:
             raise SourceSetupError(
                 f"table {info.qualified} has no primary key: updates and deletes could not "
-                "be applied",
+                "be applied (the binlog names only primary key columns as the row's key)",
                 table=info.qualified,
-                hint=f"ALTER TABLE {info.sql} ADD PRIMARY KEY (<columns>);",
+                hint=key_hint(conn, info),
             )
         out.append(info)
     return out
+
+
+def key_hint(conn: pymysql.Connection[Cursor], info: TableInfo) -> str:
+    """The exact fix for a table without a primary key: promote its unique key over NOT
+    NULL columns (no prefix) when it has one, else a primary key over columns to choose."""
+    rows = query(
+        conn,
+        "SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE, s.SUB_PART "
+        "FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c "
+        "ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME "
+        "AND c.COLUMN_NAME = s.COLUMN_NAME "
+        "WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 "
+        "ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX",
+        (info.schema, info.name),
+    )
+    keys: dict[str, list[str]] = {}
+    bad: set[str] = set()
+    for index, column, nullable, sub_part in rows:
+        keys.setdefault(str(index), []).append(str(column))
+        if str(nullable) != "NO" or sub_part is not None:
+            bad.add(str(index))
+    usable = sorted((len(c), i) for i, c in keys.items() if i not in bad)
+    if usable:
+        cols = ", ".join(quote_ident(c) for c in keys[usable[0][1]])
+        return f"ALTER TABLE {info.sql} ADD PRIMARY KEY ({cols});"
+    return f"ALTER TABLE {info.sql} ADD PRIMARY KEY (<columns>);"
 
 
 def _gone(qualified: str) -> TableInfo:

@@ -122,6 +122,7 @@ class SnapshotState:
     last_key: list[Any] | None = None  # encoded key of its last committed row
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
+    source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
 
     @classmethod
     def load(cls, path: Path) -> SnapshotState | None:

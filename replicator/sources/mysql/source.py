@@ -26,7 +26,8 @@ known to be complete, are snapshotted first (rules in ``snapshot.py``); the snap
 sort below the resume point, above anything committed there.
 
 State (``state_dir``, optional; files named after ``server_id``, which must stay the same
-across restarts): ``.snapshot.json`` (where an interrupted snapshot continues, which tables
+across restarts, and stamped with the server's identity: a file of another server is refused,
+see ``replicator.sources.common.identity``): ``.snapshot.json`` (where an interrupted snapshot continues, which tables
 finished), ``.offsets.json`` (last acknowledged position; trusted only when some table's
 committed position is at least as far, i.e. it belongs to this catalog), ``.schema.json``
 (schema history). Without it: an interrupted snapshot restarts its tables, a table whose
@@ -78,6 +79,7 @@ from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource
+from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
 from replicator.sources.mysql.snapshot import (
@@ -163,23 +165,29 @@ class MySQLSource(ChangeSource):
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, checkpoints: Checkpoints) -> None:
         try:
-            self._start(checkpoints.positions())
+            self._start(checkpoints)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, committed: Mapping[str, SourcePosition]) -> None:
+    def _start(self, checkpoints: Checkpoints) -> None:
+        committed: Mapping[str, SourcePosition] = checkpoints.positions()
         conn = self._conn = setup.connect(self.params)
         self.fencing_token = setup.acquire_fence(conn, self.server_id)
         self._fence_checked = time.monotonic()
         self.server = setup.check_server(conn, source_server_id=self.server_id)
         setup.check_privileges(conn)
+        self.source_id = setup.source_identity(conn, self.server.is_mariadb)
+        state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
+        if state is not None and self.snapshot_path is not None:
+            check_state(self.snapshot_path, state.source_id, self.source_id)
         listed = setup.list_tables(
             conn,
             self.tables_config,
             self.params.database,
             committed=[t for t, p in committed.items() if p.source == "mysql"],
         )
+        check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in listed})
         # Committed tables renamed, dropped or stripped of their key while the engine was
         # stopped: streamed (never snapshotted) up to that statement, where the stream stops.
         infos = [i for i in listed if i.pk_columns]
@@ -224,7 +232,6 @@ class MySQLSource(ChangeSource):
         )
         self._resume = resume
         log.info("resuming the binlog at %s:%d", *resume)
-        state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
         points = {(str(p[0]), int(p[1])) for p in self._committed.values() if is_snapshot_parts(p)}
         if state is not None and tuple(state.point) not in points:
             state = None  # no committed row of that snapshot is left to judge: ignore it
@@ -267,6 +274,8 @@ class MySQLSource(ChangeSource):
             acked = tuple(raw["acked"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        assert self.source_id is not None
+        check_state(self.offsets_path, raw.get("source_id"), self.source_id)
         # Trust it only when it matches this catalog: some table committed at least that far.
         if (
             setup.binlog_basename(str(acked[0])) != basename
@@ -354,6 +363,7 @@ class MySQLSource(ChangeSource):
             0,
             encode_key(last_key) if last_key else None,
             next_seq,
+            source_id=self.source_id,
         )
         if self.snapshot_path:
             self._snap_state.save(self.snapshot_path)
@@ -504,7 +514,7 @@ class MySQLSource(ChangeSource):
             if self.offsets_path is not None:
                 self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.offsets_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"acked": list(parts)}))
+                tmp.write_text(json.dumps({"acked": list(parts), "source_id": self.source_id}))
                 os.replace(tmp, self.offsets_path)
 
     # -- introspection --------------------------------------------------------------------------

@@ -103,10 +103,12 @@ def build_rel(
 def key_for(
     info: TableInfo, names: list[str], flagged: tuple[str, ...], identity: str
 ) -> tuple[str, ...]:
-    """The engine's key: the primary key, unless the replica identity is an index other than
-    it (then old images only carry that index's columns). FULL without a PK: every column."""
-    if info.pk_columns and identity in ("d", "f") and set(info.pk_columns) <= set(names):
-        return info.pk_columns
+    """The engine's key: ``info.key_columns``, the key the snapshot read in (the replica
+    identity index when set, else the primary key), as long as the relation's old images
+    carry it (FULL carries every column); otherwise what the old images carry."""
+    key = info.key_columns
+    if key and set(key) <= set(names) and (identity == "f" or set(flagged) == set(key)):
+        return key
     return flagged or tuple(names)
 
 

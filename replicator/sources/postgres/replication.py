@@ -189,3 +189,19 @@ class ReplicationConnection:
                 self.send_status()
         self._streaming = False
         self.pgconn.finish()
+
+
+def source_identity(conn: psycopg.Connection[Any], dsn: str, slot: str) -> str:
+    """``postgres:<system identifier>/<database oid>:<database>/<slot>``: what the slot's
+    positions and the snapshot state belong to (``replicator.sources.common.identity``).
+    The system identifier comes from ``IDENTIFY_SYSTEM`` (any REPLICATION role may run it,
+    unlike ``pg_control_system()``)."""
+    oid, name = conn.execute(
+        "SELECT oid, datname FROM pg_database WHERE datname = current_database()"
+    ).fetchone() or (0, "?")
+    repl = ReplicationConnection(dsn)
+    try:
+        system_id = repl.command("IDENTIFY_SYSTEM")[0][0]
+    finally:
+        repl.close()
+    return f"postgres:{system_id}/{oid}:{name}/{slot}"

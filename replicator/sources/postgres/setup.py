@@ -35,6 +35,16 @@ class TableInfo:
     replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
     pk_columns: tuple[str, ...]  # empty without a primary key
     relkind: str = "r"  # 'r' table, 'p' partitioned (published via its root)
+    identity_columns: tuple[str, ...] = ()  # of the REPLICA IDENTITY USING INDEX index
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The one key of snapshot and stream: the replica identity index when one is set
+        (old images carry only its columns), else the primary key; empty: no usable key
+        (``check_tables`` refuses the table)."""
+        if self.replica_identity == "i" and self.identity_columns:
+            return self.identity_columns
+        return self.pk_columns
 
     @property
     def qualified(self) -> str:
@@ -107,7 +117,12 @@ SELECT c.oid, n.nspname, c.relname, c.relreplident, c.relkind,
                  FROM pg_index i
                  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                 WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk
+                 WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk,
+       coalesce((SELECT array_agg(a.attname ORDER BY k.ord)
+                 FROM pg_index i
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                 WHERE i.indrelid = c.oid AND i.indisreplident), '{}') AS ident
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
 """
@@ -117,7 +132,10 @@ def _table_rows(
     conn: psycopg.Connection[Any], where: str, params: Sequence[Any]
 ) -> list[TableInfo]:
     rows = conn.execute(_TABLES_SQL + where + " ORDER BY n.nspname, c.relname", params).fetchall()
-    return [TableInfo(int(r[0]), r[1], r[2], str(r[3]), tuple(r[5]), str(r[4])) for r in rows]
+    return [
+        TableInfo(int(r[0]), r[1], r[2], str(r[3]), tuple(r[5]), str(r[4]), tuple(r[6]))
+        for r in rows
+    ]
 
 
 def list_tables(conn: psycopg.Connection[Any], tables: Sequence[str] | None) -> list[TableInfo]:
@@ -131,7 +149,7 @@ def list_tables(conn: psycopg.Connection[Any], tables: Sequence[str] | None) -> 
                 " AND n.nspname <> ALL(%s) AND n.nspname NOT LIKE 'pg\\_%%'",
                 (list(SYSTEM_SCHEMAS),),
             )
-            if t.pk_columns
+            if t.key_columns
         ]
     oids = []
     for name in tables:
@@ -165,14 +183,20 @@ def check_tables(conn: psycopg.Connection[Any], tables: Sequence[TableInfo]) -> 
                 f"table {t.qualified} has REPLICA IDENTITY NOTHING: updates and deletes "
                 "would carry no key",
                 table=t.qualified,
-                hint=f"ALTER TABLE {t.sql} REPLICA IDENTITY {'DEFAULT' if t.pk_columns else 'FULL'};",
+                hint=f"ALTER TABLE {t.sql} REPLICA IDENTITY DEFAULT;"
+                if t.pk_columns
+                else _key_hint(conn, t),
             )
-        if t.replica_identity == "d" and not t.pk_columns:
+        if not t.key_columns:
+            # Without a key, duplicate rows cannot be told apart and every column (NULLs,
+            # floats) would have to serve as one: refuse rather than corrupt.
             raise SourceSetupError(
-                f"table {t.qualified} has no primary key and REPLICA IDENTITY DEFAULT: "
-                "updates and deletes would carry no key",
+                f"table {t.qualified} has no primary key (REPLICA IDENTITY "
+                f"{_IDENTITY_NAMES.get(t.replica_identity, t.replica_identity)}): the engine "
+                "needs a key to apply updates and deletes; add a primary key, or make a unique "
+                "index on NOT NULL columns its replica identity",
                 table=t.qualified,
-                hint=f"ALTER TABLE {t.sql} REPLICA IDENTITY FULL;",
+                hint=_key_hint(conn, t),
             )
         if not _one(conn, "SELECT has_table_privilege(%s, 'SELECT')", (t.oid,)):
             raise SourceSetupError(
@@ -180,6 +204,27 @@ def check_tables(conn: psycopg.Connection[Any], tables: Sequence[TableInfo]) -> 
                 table=t.qualified,
                 hint=f"GRANT SELECT ON {t.sql} TO {quote_ident(user)};",
             )
+
+
+_IDENTITY_NAMES = {"d": "DEFAULT", "f": "FULL", "i": "USING INDEX", "n": "NOTHING"}
+
+
+def _key_hint(conn: psycopg.Connection[Any], t: TableInfo) -> str:
+    """The exact statement: a unique index that may serve as replica identity (unique,
+    immediate, not partial, plain NOT NULL columns) if the table has one, else a primary key
+    over the columns to choose."""
+    row = conn.execute(
+        "SELECT i.indexrelid::regclass::text FROM pg_index i "
+        "WHERE i.indrelid = %s AND i.indisunique AND i.indimmediate AND i.indisvalid "
+        "AND i.indpred IS NULL AND i.indexprs IS NULL AND NOT EXISTS ("
+        "  SELECT 1 FROM unnest(i.indkey) k(attnum) JOIN pg_attribute a "
+        "  ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE NOT a.attnotnull) "
+        "ORDER BY i.indnatts, i.indexrelid LIMIT 1",
+        (t.oid,),
+    ).fetchone()
+    if row is not None:
+        return f"ALTER TABLE {t.sql} REPLICA IDENTITY USING INDEX {row[0]};"
+    return f"ALTER TABLE {t.sql} ADD PRIMARY KEY (<columns>);"
 
 
 # -- publication ---------------------------------------------------------------------------------

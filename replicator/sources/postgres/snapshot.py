@@ -20,10 +20,11 @@ Resume. Tables are read one by one in a fixed order, each in primary-key order t
 server-side cursor, ``snapshot_chunk_rows`` rows at a time. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
-``<state_dir>/postgres-<slot>.snapshot.json`` (atomically). A restart with that file resumes
+``<state_dir>/postgres-<slot>.snapshot.json`` (atomically), stamped with the source's identity
+(a file of another server or database is refused). A restart with that file resumes
 at (table, key > last key) instead of starting over; new rows get seqs above every committed
-one, so none is skipped as "already committed". Tables without a primary key (REPLICA
-IDENTITY FULL) are read in physical order and restart from their beginning. Without a state
+one, so none is skipped as "already committed". The key is ``TableInfo.key_columns`` (the
+replica identity index when set, else the primary key): the one the stream keys on. Without a state
 directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for the rule).
 """
 
@@ -39,6 +40,7 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
+from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
 
@@ -53,6 +55,7 @@ class SnapshotState:
     last_key: list[str | None] | None = None  # text key of its last committed row
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
+    source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
 
     @classmethod
     def load(cls, path: Path) -> SnapshotState | None:
@@ -100,10 +103,24 @@ class SnapshotReader:
     next_seq: int = 0
     boundaries: list[Boundary] = field(default_factory=list)
 
-    def begin(self, snapshot_name: str | None) -> None:
+    def begin(self, snapshot_name: str | None) -> int | None:
+        """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
+        returns a WAL position at or above the commit record of every transaction it sees.
+
+        That bound is read by the snapshot's own first statement: REPEATABLE READ takes the
+        snapshot when that statement starts, before the function runs, and a transaction
+        becomes visible only after its commit record is inserted. So the *insert* position
+        read then is past every visible commit. ``pg_current_wal_lsn()`` (the *write*
+        position) is not: with ``synchronous_commit = off`` a commit is visible while its
+        record still waits in the WAL buffers, above that position; and read on another
+        session before the snapshot exists, it also misses commits made in between."""
         self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if snapshot_name is not None:
             self.conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
+            return None
+        row = self.conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        return str_to_lsn(str(row[0]))
 
     @property
     def done(self) -> bool:
@@ -124,7 +141,7 @@ class SnapshotReader:
             t = self.tables[self.table_index]
             cols = self.columns[t.qualified]
             names = tuple(c[0] for c in cols)
-            key_cols = t.pk_columns
+            key_cols = t.key_columns
             key_idx = tuple(names.index(k) for k in key_cols)
             # ONLY: inheritance children stream as their own relations; a partitioned root
             # (published via the root) must include its partitions.

@@ -43,6 +43,7 @@ from replicator.errors import TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource
+from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.postgres import setup
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
@@ -51,8 +52,12 @@ from replicator.sources.postgres.changes import (
     build_rel,
     make_event,
 )
-from replicator.sources.postgres.pgoutput import TupleData, decode, str_to_lsn
-from replicator.sources.postgres.replication import ReplicationConnection, session_conninfo
+from replicator.sources.postgres.pgoutput import TupleData, decode
+from replicator.sources.postgres.replication import (
+    ReplicationConnection,
+    session_conninfo,
+    source_identity,
+)
 from replicator.sources.postgres.snapshot import (
     Chunk,
     SnapshotReader,
@@ -138,18 +143,24 @@ class PostgresSource(ChangeSource):
 
     def start(self, checkpoints: Checkpoints) -> None:
         try:
-            self._start({t: p.parts for t, p in checkpoints.positions("postgres").items()})
+            self._start(checkpoints)
         except BaseException:
             self.close()  # releases the fence: a failed check must not block the next try
             raise
 
-    def _start(self, committed: dict[str, tuple[int | str, ...]]) -> None:
+    def _start(self, checkpoints: Checkpoints) -> None:
+        committed = {t: p.parts for t, p in checkpoints.positions("postgres").items()}
         conn = self._conn = self._connect()
         self.fencing_token = setup.acquire_fence(conn, self.slot)
         setup.check_server(conn)
         setup.check_role(conn)
+        self.source_id = source_identity(conn, self.dsn, self.slot)
+        state = SnapshotState.load(self.state_path) if self.state_path else None
+        if state is not None and self.state_path is not None:
+            check_state(self.state_path, state.source_id, self.source_id)
         self.keepalive_seconds = _keepalive_seconds(conn)
         infos = setup.list_tables(conn, self.tables_config)
+        check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in infos})
         setup.check_tables(conn, infos)
         self._tables = {t.qualified: t for t in infos}
         added = setup.ensure_publication(conn, self.publication, infos)
@@ -174,7 +185,6 @@ class PostgresSource(ChangeSource):
                 repl.close()
             return
         self._confirmed = slot.confirmed_flush
-        state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and state.slot != self.slot:
             state = None
         plan = plan_resumed_snapshot(
@@ -198,16 +208,12 @@ class PostgresSource(ChangeSource):
             self._text_conn, order, columns, self.snapshot_chunk_rows,
             last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
         )  # fmt: skip
-        reader.begin(snapshot_name)
-        if snapshot_name is None:
+        bound = reader.begin(snapshot_name)
+        if bound is not None:
             # A fresh snapshot is newer than the slot: rows it saw can come again from the
-            # stream. Every commit it can see has a commit LSN below the current WAL position.
-            row = self._conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-            until = (
-                SourcePosition(source="postgres", parts=(str_to_lsn(row[0]), 2**62))
-                if row is not None
-                else None
-            )
+            # stream. Every commit it sees has its commit record below ``bound`` (see
+            # ``SnapshotReader.begin``; safe under synchronous_commit = off).
+            until = SourcePosition(source="postgres", parts=(bound, 2**62))
             self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
@@ -215,11 +221,14 @@ class PostgresSource(ChangeSource):
         self._snap_chunks = reader.chunks()
         for t in order:
             cols = columns[t.qualified]
-            key = t.pk_columns or tuple(c[0] for c in cols)  # FULL identity: the whole row
-            self._snap_rels[t.qualified] = build_rel(self._asm.mapper, t.qualified, cols, key)
+            # The stream's key (changes.key_for): identity index, else primary key.
+            self._snap_rels[t.qualified] = build_rel(
+                self._asm.mapper, t.qualified, cols, t.key_columns
+            )
         self._snap_state = SnapshotState(
-            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq
-        )
+            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
+            source_id=self.source_id,
+        )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)
         self._bar = tqdm(

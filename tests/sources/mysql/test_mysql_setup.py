@@ -187,3 +187,29 @@ def test_one_engine_per_server_id(db: TestDb, make_source: Callable[..., Any]) -
     third.start(Checkpoints.at({}))
     assert first.fencing_token is not None and third.fencing_token is not None
     assert third.fencing_token > first.fencing_token
+
+
+@pytest.mark.integration
+def test_table_without_primary_key_hint_is_the_exact_fix(
+    db: TestDb, make_source: Callable[..., Any]
+) -> None:
+    """Issue 10 item 10 (MySQL): a table without a primary key is refused; when a unique key
+    over NOT NULL columns exists the hint promotes exactly those columns (a nullable or
+    prefix unique key cannot serve), and after running it the table replicates."""
+    db.sql(
+        "CREATE TABLE k (a INT NOT NULL, b VARCHAR(20) NOT NULL, c INT NULL, t TEXT NOT NULL,"
+        " UNIQUE KEY by_c (c), UNIQUE KEY by_t (t(10)), UNIQUE KEY by_ab (a, b))",
+        "INSERT INTO k VALUES (1, 'x', NULL, 'p'), (1, 'y', NULL, 'q')",
+    )
+    err = _setup_error(make_source(db, tables=["k"]))
+    assert "no primary key" in err.message and err.table == f"{db.name}.k"
+    assert err.hint == f"ALTER TABLE `{db.name}`.`k` ADD PRIMARY KEY (`a`, `b`);"
+    db.sql(err.hint)
+    src = make_source(db, tables=["k"])
+    src.start(Checkpoints.at({}))
+    snap = drain(src)
+    assert [e.schema_.key_columns for e in snap] == [("a", "b")] * 2
+    db.sql("UPDATE k SET b = 'z' WHERE b = 'y'", "DELETE FROM k WHERE b = 'x'")
+    upd, dele = drain(src)
+    assert upd.before is not None and dele.before is not None
+    assert (upd.before["b"], upd.after["b"], dele.before["b"]) == ("y", "z", "x")

@@ -40,22 +40,61 @@ def test_default_selection_and_publication(
     ]
 
 
-def test_table_without_key_hint_then_full_identity(
-    sql: Callable[..., Any], make_source: Callable[..., Any]
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+def test_table_without_key_is_refused_with_the_exact_fix(
+    sql: Callable[..., Any], make_source: Callable[..., Any], identity: str
 ) -> None:
-    sql("CREATE TABLE nopk (x int, y text); INSERT INTO nopk VALUES (1, 'a')")
+    """Issue 10 item 10: REPLICA IDENTITY FULL without a primary key made every column the
+    key (duplicates collapsed, a NULL dead-lettered the row, a float broke table creation).
+    Such a table is refused; the hint is the exact statement: the table's unique NOT NULL
+    index as replica identity, or a primary key when it has none."""
+    sql(f"CREATE TABLE nopk (x int, y text, f float8); ALTER TABLE nopk REPLICA IDENTITY {identity};"
+        "INSERT INTO nopk VALUES (1, 'a', 0.5), (1, 'a', 0.5), (2, NULL, 1.5)")
     with pytest.raises(SourceSetupError) as err:
         make_source(tables=["nopk"]).start(Checkpoints.at({}))
-    assert err.value.hint == 'ALTER TABLE "public"."nopk" REPLICA IDENTITY FULL;'
+    assert "no primary key" in err.value.message and err.value.table == "public.nopk"
+    assert err.value.hint == 'ALTER TABLE "public"."nopk" ADD PRIMARY KEY (<columns>);'
+    # A unique index over a nullable column cannot be a replica identity: not offered.
+    sql("DELETE FROM nopk WHERE y IS NULL OR ctid <> (SELECT min(ctid) FROM nopk WHERE x = 1);"
+        "INSERT INTO nopk VALUES (2, 'b', 1.5);"
+        "CREATE UNIQUE INDEX nopk_y ON nopk (y); CREATE UNIQUE INDEX nopk_x ON nopk (x)")
+    with pytest.raises(SourceSetupError) as err:
+        make_source(tables=["nopk"]).start(Checkpoints.at({}))
+    assert err.value.hint == 'ALTER TABLE "public"."nopk" ADD PRIMARY KEY (<columns>);'
+    sql("ALTER TABLE nopk ALTER COLUMN x SET NOT NULL")
+    with pytest.raises(SourceSetupError) as err:
+        make_source(tables=["nopk"]).start(Checkpoints.at({}))
+    assert err.value.hint == 'ALTER TABLE "public"."nopk" REPLICA IDENTITY USING INDEX nopk_x;'
     sql(err.value.hint)
     src = make_source(tables=["public.nopk"])
     src.start(Checkpoints.at({}))
-    assert [e.after for e in kit.drain(src)] == [{"x": 1, "y": "a"}]
-    sql("UPDATE nopk SET y = 'b'; DELETE FROM nopk")
+    snap = kit.drain(src)
+    assert [e.after for e in snap] == [{"x": 1, "y": "a", "f": 0.5}, {"x": 2, "y": "b", "f": 1.5}]
+    assert all(e.schema_.key_columns == ("x",) for e in snap)
+    sql("UPDATE nopk SET y = 'c', x = 3 WHERE x = 1; DELETE FROM nopk WHERE x = 2")
     upd, dele = kit.drain(src, lambda ev: len(ev) == 2)
-    assert upd.schema_.key_columns == ("x", "y")  # FULL identity without PK: the whole row
-    assert (upd.op, upd.before, upd.after) == (Op.UPDATE, {"x": 1, "y": "a"}, {"x": 1, "y": "b"})
-    assert (dele.op, dele.before) == (Op.DELETE, {"x": 1, "y": "b"})
+    assert upd.schema_.key_columns == ("x",)  # the same key as the snapshot
+    assert (upd.op, upd.before, upd.after) == (Op.UPDATE, {"x": 1}, {"x": 3, "y": "c", "f": 0.5})
+    assert (dele.op, dele.before) == (Op.DELETE, {"x": 2})
+
+
+def test_identity_index_is_the_key_even_with_a_primary_key(
+    sql: Callable[..., Any], make_source: Callable[..., Any]
+) -> None:
+    """Issue 10 item 10: with REPLICA IDENTITY USING INDEX on a table that also has a
+    primary key, the snapshot keyed on the primary key and the stream on the index."""
+    sql("CREATE TABLE t (id int PRIMARY KEY, code text NOT NULL, v int);"
+        "CREATE UNIQUE INDEX t_code ON t (code); ALTER TABLE t REPLICA IDENTITY USING INDEX t_code;"
+        "INSERT INTO t VALUES (1, 'b', 10), (2, 'a', 20)")
+    src = make_source(tables=["t"])
+    src.start(Checkpoints.at({}))
+    snap = kit.drain(src)
+    assert [e.after["code"] for e in snap] == ["a", "b"]  # read in key order
+    sql("UPDATE t SET v = 11 WHERE id = 1; DELETE FROM t WHERE id = 2")
+    stream = kit.drain(src, lambda ev: len(ev) == 2)
+    assert {e.schema_.key_columns for e in snap + stream} == {("code",)}
+    assert stream[0].after == {"id": 1, "code": "b", "v": 11}  # key unchanged: no old image
+    assert stream[1].before == {"code": "a"}
 
 
 def test_replica_identity_nothing_hint(

@@ -1,0 +1,1 @@
+"""Helpers every database source shares (source identity, ...)."""
