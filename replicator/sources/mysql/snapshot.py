@@ -29,13 +29,10 @@ state directory, an interrupted snapshot re-reads the affected tables from their
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -43,6 +40,8 @@ from pymysql.cursors import Cursor
 
 from replicator.errors import SourceSetupError
 from replicator.events.model import TableSchema
+from replicator.sources.common.snapshot import Boundary, BoundaryLog
+from replicator.sources.common.state import JsonStateFile
 from replicator.sources.mysql.setup import TableInfo, current_user, master_status, query
 from replicator.sources.mysql.types import (
     ColumnDef,
@@ -113,7 +112,7 @@ def decode_key(raw: Sequence[Any]) -> tuple[Any, ...]:
 
 
 @dataclass
-class SnapshotState:
+class SnapshotState(JsonStateFile):
     """What survives a restart: where the committed part of the snapshot ends."""
 
     point: list[Any]  # [binlog file, position] the snapshot positions use
@@ -123,19 +122,6 @@ class SnapshotState:
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
     source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
-
-    @classmethod
-    def load(cls, path: Path) -> SnapshotState | None:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)  # atomic: a crash leaves the old or the new state, never half
 
     def done_tables(self) -> set[str]:
         return set(self.tables if self.complete else self.tables[: self.table_index])
@@ -250,13 +236,6 @@ def open_consistent_snapshot(conn: pymysql.Connection[Cursor], is_mariadb: bool)
     return point
 
 
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    seq: int  # the last seq of a chunk
-    table_index: int  # table to continue with
-    last_key: tuple[Any, ...] | None  # None: start of that table
-
-
 @dataclass
 class Chunk:
     table: SnapTable
@@ -275,7 +254,7 @@ class SnapshotReader:
     table_index: int = 0
     last_key: tuple[Any, ...] | None = None
     next_seq: int = 0
-    boundaries: list[Boundary] = field(default_factory=list)
+    boundaries: BoundaryLog = field(default_factory=BoundaryLog)
 
     def estimated_rows(self) -> int:
         total = 0
@@ -332,16 +311,3 @@ class SnapshotReader:
             query(self.conn, "COMMIT")
         finally:
             self.conn.close()
-
-    def resume_point(self, acked_seq: int) -> Boundary | None:
-        """The last boundary at or below an acknowledged seq (drops older ones)."""
-        best: Boundary | None = None
-        keep: list[Boundary] = []
-        for b in self.boundaries:
-            if b.seq <= acked_seq:
-                best = b
-            else:
-                keep.append(b)
-        if best is not None:
-            self.boundaries = [best, *keep]
-        return best

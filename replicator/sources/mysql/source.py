@@ -498,7 +498,7 @@ class MySQLSource(ChangeSource):
                     and self._snap is not None
                     and (parts[0], parts[1]) == tuple(st.point)
                 ):
-                    b = self._snap.resume_point(snapshot_seq(parts))
+                    b = self._snap.boundaries.resume_point(snapshot_seq(parts))
                     if b is not None:
                         st.table_index = b.table_index
                         st.last_key = encode_key(b.last_key) if b.last_key is not None else None

@@ -38,6 +38,8 @@ from pymysqlreplication.row_event import (
 from replicator.errors import BadInputError, SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.sources.common.events import event_maker
+from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.mysql import compat, setup
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
@@ -67,32 +69,12 @@ _EVENTS = [
 _MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
 
 
-def make_event(
-    table: str,
-    op: Op,
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-    parts: Parts,
-    schema: TableSchema | None,
-    ts_ms: int | None,
-    tx_id: str | None,
-    last: bool,
-) -> ChangeEvent:
-    return ChangeEvent(
-        table, op, before, after, position=SourcePosition("mysql", parts), schema=schema,
-        ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
-    )
+make_event = event_maker("mysql")
 
 
 @dataclass
-class SourceStats:
-    snapshot_rows: int = 0
-    changes: int = 0
-    skipped: int = 0  # at or below a committed / already handed-out position
-    dead_letters: int = 0
-    truncates: int = 0
+class SourceStats(CommonSourceStats):
     transactions: int = 0
-    reconnects: int = 0
 
 
 @dataclass

@@ -19,6 +19,8 @@ import orjson
 from replicator.errors import BadInputError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.sources.common.events import event_maker
+from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.postgres.pgoutput import (
     PG_EPOCH_US,
     UNCHANGED_TOAST,
@@ -44,35 +46,15 @@ Pending = tuple[
 ]
 
 
-def make_event(
-    table: str,
-    op: Op,
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-    parts: Parts,
-    schema: TableSchema | None,
-    ts_ms: int | None,
-    tx_id: str | None,
-    last: bool,
-) -> ChangeEvent:
-    return ChangeEvent(
-        table, op, before, after, position=SourcePosition("postgres", parts), schema=schema,
-        ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
-    )
+make_event = event_maker("postgres")
 
 
 @dataclass
-class SourceStats:
-    snapshot_rows: int = 0
-    changes: int = 0
-    skipped: int = 0  # at or below a committed / already handed-out position
-    dead_letters: int = 0
-    truncates: int = 0
+class SourceStats(CommonSourceStats):
     toast_from_old_image: int = 0
     toast_from_cache: int = 0
     toast_fetched: int = 0
     toast_superseded: int = 0
-    reconnects: int = 0
 
 
 @dataclass

@@ -30,22 +30,21 @@ directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.types.string import TextLoader
 
+from replicator.sources.common.snapshot import Boundary, BoundaryLog
+from replicator.sources.common.state import JsonStateFile
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
 
 @dataclass
-class SnapshotState:
+class SnapshotState(JsonStateFile):
     """What survives a restart: where the committed part of the snapshot ends."""
 
     slot: str
@@ -56,27 +55,6 @@ class SnapshotState:
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
     source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
-
-    @classmethod
-    def load(cls, path: Path) -> SnapshotState | None:
-        try:
-            raw = json.loads(path.read_text())
-            return cls(**raw)
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)  # atomic: a crash leaves the old or the new state, never half
-
-
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    seq: int  # the last seq of a chunk
-    table_index: int  # table to continue with
-    last_key: tuple[str | None, ...] | None  # None: start of that table
 
 
 @dataclass
@@ -101,7 +79,7 @@ class SnapshotReader:
     table_index: int = 0
     last_key: tuple[str | None, ...] | None = None
     next_seq: int = 0
-    boundaries: list[Boundary] = field(default_factory=list)
+    boundaries: BoundaryLog = field(default_factory=BoundaryLog)
 
     def begin(self, snapshot_name: str | None) -> int | None:
         """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
@@ -176,19 +154,6 @@ class SnapshotReader:
     def finish(self) -> None:
         if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             self.conn.execute("COMMIT")
-
-    def resume_point(self, acked_seq: int) -> Boundary | None:
-        """The last boundary at or below an acknowledged seq (drops older ones)."""
-        best: Boundary | None = None
-        keep: list[Boundary] = []
-        for b in self.boundaries:
-            if b.seq <= acked_seq:
-                best = b
-            else:
-                keep.append(b)
-        if best is not None:
-            self.boundaries = [best, *keep]
-        return best
 
 
 def table_columns(conn: psycopg.Connection[Any], table: TableInfo) -> list[tuple[str, int, int]]:

@@ -421,7 +421,7 @@ class PostgresSource(ChangeSource):
         self._maybe_complete_snapshot()
         if self._snap is None or self._snap_state is None or self._snap_state.complete:
             return
-        b = self._snap.resume_point(seq)
+        b = self._snap.boundaries.resume_point(seq)
         if b is None:
             return
         st = self._snap_state

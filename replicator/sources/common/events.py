@@ -1,0 +1,39 @@
+"""Building change events on a source's hot path (both databases the same way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+
+# table, op, before, after, position parts, schema, ts_ms, tx_id, last in its transaction
+EventMaker = Callable[
+    [str, Op, Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[Any, ...],
+     TableSchema | None, int | None, str | None, bool],
+    ChangeEvent,
+]  # fmt: skip
+
+
+def event_maker(source: str) -> EventMaker:
+    """``make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)`` for positions
+    of ``source`` (positional arguments: a source holds a change back as this tuple, minus
+    ``last``, until it knows whether the transaction ends there)."""
+
+    def make_event(
+        table: str,
+        op: Op,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        parts: tuple[Any, ...],
+        schema: TableSchema | None,
+        ts_ms: int | None,
+        tx_id: str | None,
+        last: bool,
+    ) -> ChangeEvent:
+        return ChangeEvent(
+            table, op, before, after, position=SourcePosition(source, parts), schema=schema,
+            ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
+        )  # fmt: skip
+
+    return make_event
