@@ -3,8 +3,11 @@ restarted snapshot resumes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
+
+from tqdm import tqdm
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +40,46 @@ class BoundaryLog:
         if best is not None:
             self.boundaries = [best, *keep]
         return best
+
+
+class _HasRows(Protocol):
+    @property
+    def rows(self) -> Sequence[Any]: ...
+
+
+C = TypeVar("C", bound=_HasRows)
+
+
+class SnapshotCursor(Generic[C]):
+    """The rows of a chunked snapshot one at a time, with a progress bar. The place lives in
+    the cursor, not in a generator: a consumer that stops iterating early loses nothing."""
+
+    def __init__(self, chunks: Iterator[C], *, total: int | None, desc: str, progress: bool | None) -> None:
+        self._chunks = chunks
+        self._chunk: C | None = None
+        self._pos = 0
+        # progress None: tqdm decides (a terminal shows the bar, a log file does not).
+        self._bar: tqdm[Any] | None = tqdm(
+            total=total or None, unit="rows", desc=desc,
+            disable=None if progress is None else not progress, leave=False,
+        )  # fmt: skip
+
+    def next_row(self) -> tuple[C, int] | None:
+        """The next row as (its chunk, its index in the chunk); None when all were read."""
+        chunk = self._chunk
+        if chunk is None or self._pos >= len(chunk.rows):
+            chunk = self._chunk = next(self._chunks, None)
+            self._pos = 0
+            if chunk is None:
+                return None
+        i = self._pos
+        self._pos += 1
+        if self._bar is not None:
+            self._bar.update(1)
+        return chunk, i
+
+    def close(self) -> None:
+        self._chunk = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -72,7 +72,6 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from tqdm import tqdm
 
 from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError
@@ -80,6 +79,7 @@ from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource
 from replicator.sources.common.identity import check_checkpoints, check_state
+from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
 from replicator.sources.mysql.snapshot import (
@@ -155,12 +155,9 @@ class MySQLSource(ChangeSource):
         self._last_out: tuple[Any, ...] = ()
         # snapshot
         self._snap: SnapshotReader | None = None
-        self._snap_chunks: Iterator[Chunk] | None = None
+        self._cursor: SnapshotCursor[Chunk] | None = None  # set while the snapshot is read
         self._snap_point: tuple[str, int] | None = None
         self._snap_state: SnapshotState | None = None
-        self._chunk: Chunk | None = None
-        self._chunk_pos = 0
-        self._bar: tqdm[Any] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, checkpoints: Checkpoints) -> None:
@@ -356,7 +353,6 @@ class MySQLSource(ChangeSource):
             conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq
         )
         self._snap = reader
-        self._snap_chunks = reader.chunks()
         self._snap_state = SnapshotState(
             list(point),
             [t.qualified for t in order],
@@ -367,25 +363,20 @@ class MySQLSource(ChangeSource):
         )
         if self.snapshot_path:
             self._snap_state.save(self.snapshot_path)
-        self._bar = tqdm(
-            total=reader.estimated_rows(),
-            unit="rows",
-            desc="snapshot mysql",
-            disable=None if self.progress is None else not self.progress,
-            leave=False,
+        self._cursor = SnapshotCursor(
+            reader.chunks(), total=reader.estimated_rows(), desc="snapshot mysql", progress=self.progress
         )
 
     def close(self) -> None:
         with self._lock:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
+            if self._cursor is not None:
+                self._cursor.close()
+                self._cursor = None
             if self._stream is not None:
                 self._stream.close()
             if self._snap is not None:
                 with contextlib.suppress(pymysql.err.Error):
                     self._snap.conn.close()
-            self._snap_chunks = None
             if self._conn is not None:
                 with contextlib.suppress(pymysql.err.Error):
                     setup.release_fence(self._conn, self.server_id)
@@ -398,9 +389,9 @@ class MySQLSource(ChangeSource):
         if self._conn is None:
             raise TerminalError("MySQLSource.poll() before start()")
         self._keep_fence()
-        if self._snap_chunks is not None:
+        if self._cursor is not None:
             yield from self._poll_snapshot()
-            if self._snap_chunks is not None:
+            if self._cursor is not None:
                 return
         # No snapshot (left): stream. A poll that finishes the snapshot streams on, so that an
         # empty poll always means idle.
@@ -438,18 +429,12 @@ class MySQLSource(ChangeSource):
         file, pos = self._snap_point
         n = 0
         while n < self.poll_max_events:
-            chunk = self._chunk
-            if chunk is None or self._chunk_pos >= len(chunk.rows):
-                chunk = self._chunk = next(self._snap_chunks, None) if self._snap_chunks else None
-                self._chunk_pos = 0
-                if chunk is None:
-                    self._end_snapshot()
-                    return
-            i = self._chunk_pos
-            self._chunk_pos += 1
+            row = self._cursor.next_row() if self._cursor is not None else None
+            if row is None:
+                self._end_snapshot()
+                return
+            chunk, i = row
             n += 1
-            if self._bar is not None:
-                self._bar.update(1)
             t = chunk.table
             parts = snapshot_parts(file, pos, chunk.first_seq + i)
             done = self._committed.get(t.info.qualified)
@@ -478,11 +463,9 @@ class MySQLSource(ChangeSource):
     def _end_snapshot(self) -> None:
         if self._snap is not None:
             self._snap.finish()
-        self._snap_chunks = None
-        self._chunk = None
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
         log.info("snapshot done: %d rows", self.stats.snapshot_rows)
 
     # -- acknowledgements ---------------------------------------------------------------------
@@ -520,7 +503,7 @@ class MySQLSource(ChangeSource):
     # -- introspection --------------------------------------------------------------------------
     @property
     def snapshot_in_progress(self) -> bool:
-        return self._snap_chunks is not None
+        return self._cursor is not None
 
     @property
     def zero_dates_nulled(self) -> int:

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from tqdm import tqdm
 
 from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError, TransientError
@@ -44,6 +43,7 @@ from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource
 from replicator.sources.common.identity import check_checkpoints, check_state
+from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.postgres import setup
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
@@ -125,14 +125,11 @@ class PostgresSource(ChangeSource):
         self._snap: SnapshotReader | None = None
         self._snap_state: SnapshotState | None = None
         self._snap_lsn: int | None = None
-        self._snap_chunks: Iterator[Chunk] | None = None
-        self._chunk: Chunk | None = None
-        self._chunk_pos = 0
+        self._cursor: SnapshotCursor[Chunk] | None = None  # set while the snapshot is read
         self._snap_rels: dict[str, RelState] = {}
         self._snap_last_seq = -1  # last snapshot row handed out
         self._snap_acked_seq = -1  # last snapshot row the pipeline committed
         self._snap_read_all = False
-        self._bar: tqdm[Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -218,7 +215,6 @@ class PostgresSource(ChangeSource):
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
         self._snap = reader
-        self._snap_chunks = reader.chunks()
         for t in order:
             cols = columns[t.qualified]
             # The stream's key (changes.key_for): identity index, else primary key.
@@ -231,16 +227,16 @@ class PostgresSource(ChangeSource):
         )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)
-        self._bar = tqdm(
-            total=reader.estimated_rows() or None, unit="rows", desc=f"snapshot {self.slot}",
-            disable=None if self.progress is None else not self.progress, leave=False,
+        self._cursor = SnapshotCursor(
+            reader.chunks(), total=reader.estimated_rows(), desc=f"snapshot {self.slot}",
+            progress=self.progress,
         )  # fmt: skip
 
     def close(self) -> None:
         with self._lock:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
+            if self._cursor is not None:
+                self._cursor.close()
+                self._cursor = None
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
@@ -253,29 +249,21 @@ class PostgresSource(ChangeSource):
     def poll(self) -> Iterator[ChangeEvent]:
         if self._conn is None:
             raise TerminalError("PostgresSource.poll() before start() (or after close())")
-        if self._snap_chunks is not None:
+        if self._cursor is not None:
             yield from self._poll_snapshot()
         else:
             yield from self._poll_stream()
 
     def _poll_snapshot(self) -> Iterator[ChangeEvent]:
-        assert self._snap_chunks is not None and self._asm is not None
+        assert self._cursor is not None and self._asm is not None
         n = 0
         while n < self.poll_max_messages:
-            chunk = self._chunk
-            if chunk is None or self._chunk_pos >= len(chunk.rows):
-                chunk = self._chunk = next(self._snap_chunks, None)
-                self._chunk_pos = 0
-                if chunk is None:
-                    self._end_snapshot()
-                    return
-            # Progress lives in self, not in this generator: a consumer that stops iterating
-            # early loses nothing.
-            i = self._chunk_pos
-            self._chunk_pos += 1
+            row = self._cursor.next_row()
+            if row is None:
+                self._end_snapshot()
+                return
+            chunk, i = row
             n += 1
-            if self._bar is not None:
-                self._bar.update(1)
             seq = chunk.first_seq + i
             ev = self._snapshot_event(chunk, chunk.rows[i], seq)
             if ev is not None:
@@ -302,14 +290,12 @@ class PostgresSource(ChangeSource):
     def _end_snapshot(self) -> None:
         assert self._snap is not None
         self._snap.finish()
-        self._snap_chunks = None
         self._snap_read_all = True
         with self._lock:
             self._maybe_complete_snapshot()
-        self._chunk = None
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
         log.info("snapshot done: %d rows", self.stats.snapshot_rows)
 
     def _open_stream(self) -> None:
@@ -455,14 +441,14 @@ class PostgresSource(ChangeSource):
     def _advance_idle(self) -> None:
         # Everything handed out before an idle keepalive is durable: let the slot move to that
         # keepalive's position so WAL of unrelated activity is not retained forever.
-        if self._idle_lsn and self._acked >= self._idle_out and self._snap_chunks is None:
+        if self._idle_lsn and self._acked >= self._idle_out and self._cursor is None:
             self._confirm(self._idle_lsn)
             self._idle_lsn = 0
 
     # -- introspection --------------------------------------------------------------------------
     @property
     def snapshot_in_progress(self) -> bool:
-        return self._snap_chunks is not None
+        return self._cursor is not None
 
     @property
     def confirmed_lsn(self) -> int:
