@@ -200,6 +200,11 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
         spark = get_spark()
     reports = [table_report(catalog.load_table(i), spark) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
     print(format_reports(reports) if reports else f"no tables in namespace {cfg.iceberg.namespace}")
+    from replicator.cli.source_status import committed_checkpoints, format_retained
+
+    retained = format_retained(cfg, committed_checkpoints(catalog, cfg.iceberg.namespace))
+    if retained:
+        print(retained)
     return EXIT_OK
 
 
