@@ -25,3 +25,5 @@ def healthz(port: int, host: str = "127.0.0.1") -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+    except urllib.error.URLError as exc:  # not listening (yet)
+        return 0, str(exc.reason)
