@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -137,8 +137,9 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
         observer = PrometheusObserver(unhealthy_after=cfg.metrics.unhealthy_after_seconds)
         observer.serve(listen)
     try:
-        with _stop_on_signals(stop):
+        with _stop_on_signals(stop) as install:
             rep = Replicator(cfg, engine=args.engine, observer=observer, stop=stop)
+            install()  # again: creating the SparkContext puts pyspark's own SIGINT handler in
             s = rep.run(until_idle=args.until_idle, max_batches=args.max_batches)
     finally:
         if observer is not None:
@@ -164,7 +165,7 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+def _stop_on_signals(stop: threading.Event) -> Iterator[Callable[[], None]]:
     """SIGTERM / SIGINT: stop reading and end the run cleanly (the batch being applied is
     committed whole or not at all; the source and the state lock are released; exit 0). A
     second signal interrupts at once (KeyboardInterrupt): still safe, the next run resumes."""
@@ -178,11 +179,16 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
         stop.set()
 
     if threading.current_thread() is not threading.main_thread():
-        yield  # signals go to the main thread only (e.g. run from a test's thread)
+        yield lambda: None  # signals go to the main thread only (e.g. run from a test's thread)
         return
     old = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def install() -> None:
+        for sig in old:
+            signal.signal(sig, handle)
+
     try:
-        yield
+        yield install
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)

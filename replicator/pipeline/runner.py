@@ -281,6 +281,8 @@ class Replicator:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
+                    if self.stop.is_set():
+                        return None  # stop after the batch in progress, not after the chunk
             if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
                 return "enough"
             self.observer.loop(pending=batcher.pending > 0, caught_up=False)
