@@ -182,3 +182,15 @@ def test_run_loop_reports_to_the_endpoint(tmp_path: Path) -> None:
     assert got[("replicator_table_files", (("content", "data"), ("table", "app.items")))] >= 1
     assert got[("replicator_commit_lag_seconds", ())] > 0  # ts_ms of the change log is 2023
     assert got[("replicator_tables_stopped", ())] == 0
+
+    # A restart reads the files the tables already have.
+    again = PrometheusObserver()
+    _, port = again.serve("127.0.0.1:0")
+    try:
+        Replicator(cfg, engine="local", observer=again).run(until_idle=True)
+        restarted = scrape(port)
+    finally:
+        again.close()
+    for content in ("data", "position_deletes", "equality_deletes"):
+        key = ("replicator_table_files", (("content", content), ("table", "app.items")))
+        assert restarted[key] == got[key]
