@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.e2e.pg_bulk import run_changes, seed
+from tests.e2e.pg_bulk import seed
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
 from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.judges import assert_no_duplicate_data_files
@@ -77,6 +77,25 @@ def slot_active(dsn: str) -> bool:
     return bool(row[0])
 
 
+def light_changes(dsn: str, stop: threading.Event, first_id: int) -> int:
+    """Small transactions (inserts, updates, a delete and a key change) until ``stop``: a
+    steady stream a loaded machine keeps up with. Returns the transactions written."""
+    n, i = 0, first_id
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            with conn.transaction():
+                conn.execute("INSERT INTO big SELECT g, g %% 7, 'new ' || g, 1.25, now() "
+                             "FROM generate_series(%s, %s) g", (i, i + 19))
+                conn.execute("UPDATE big SET a = a + 1, b = b || '+' WHERE id BETWEEN %s AND %s", (i - 15, i - 5))
+                conn.execute("DELETE FROM big WHERE id = %s", (i - 10,))
+                conn.execute("UPDATE big SET id = id + 50000000 WHERE id = %s", (n + 1,))  # a seed row's key
+                conn.execute("UPDATE side SET v = v + 1, flag = NOT flag WHERE k = %s", (f"k{n % 1000 + 1}",))
+            n += 1
+            i += 20
+            stop.wait(0.1)
+    return n
+
+
 def test_sigterm_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark: Any) -> None:
     rows = 60_000
     seed(pg_db, rows)
@@ -94,8 +113,7 @@ def test_sigterm_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark
 
     # 2. During streaming, with changes arriving: SIGINT this time (Ctrl-C).
     stop = threading.Event()
-    worker = threading.Thread(target=run_changes, args=(pg_db, 10**9),
-                              kwargs={"seed_rows": rows, "stop": stop, "pause": 0.2})
+    worker = threading.Thread(target=light_changes, args=(pg_db, stop, 1_000_000))
     worker.start()
     try:
         eng = Engine(cfg_path)
