@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,11 @@ class Engine:
         assert ok and self.proc.poll() is None, f"never saw {pattern!r}:\n{''.join(self.lines[-40:])}"
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        t0 = time.monotonic()
         self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=STOP_TIMEOUT)
+        # Reported, not asserted (tests never assert on wall-clock time).
+        print(f"\n{signal.Signals(sig).name}: exit {rc} after {time.monotonic() - t0:.1f}s")
         self._reader.join(timeout=10)
         assert self.proc.stdout is not None
         return rc, self.proc.stdout.read()
