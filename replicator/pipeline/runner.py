@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from replicator.sources.base import ChangeSource
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_SECONDS = 0.5
+_OP = attrgetter("op")  # counting ops per batch for metrics: the cheapest walk over events
 
 
 @dataclass
@@ -383,7 +385,7 @@ class Replicator:
         every event once)."""
         ops: Counter[tuple[str, str]] = Counter()
         for table, evs in live.items():
-            for op, n in Counter(ev.op for ev in evs).items():
+            for op, n in Counter(map(_OP, evs)).items():
                 ops[(table, op.value)] += n
         newest = [evs[-1].ts_ms for evs in batch.events.values() if evs[-1].ts_ms is not None]
         self.observer.committed(seconds=seconds, events=ops, newest_source_ms=max(newest, default=None))
