@@ -17,7 +17,9 @@ import contextlib
 import functools
 import json
 import os
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from benchmarks.procs import MemoryReport, MemorySampler, load_average
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.config import RunConfig
 from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.metrics import PrometheusObserver
 from replicator.pipeline.runner import Replicator, RunSummary, build_source
 from replicator.sources.base import ChangeSource
 
@@ -340,14 +343,21 @@ class EngineSession:
         poll_max: int | None = None,
         memory_roots: Callable[[], list[int]] | None = None,
         probe_path: str | None = None,
+        metrics: bool = False,
     ) -> None:
         self.cfg = cfg
         self.probe_path = probe_path
+        self.observer: PrometheusObserver | None = None
+        self.scrapes = 0
+        self._scraping = threading.Event()
+        if metrics:
+            self.observer = PrometheusObserver()
+            self._metrics_port = self.observer.serve("127.0.0.1:0")[1]
         self._probe_offset = 0
         self._totals0 = (0.0, 0.0)
         self.timings = Timings()
         self.ctl = ControlledSource(self.timings)
-        self.rep = Replicator(cfg, engine="spark", spark=spark, source=self.ctl)
+        self.rep = Replicator(cfg, engine="spark", spark=spark, source=self.ctl, observer=self.observer)
         inner = build_source(cfg, self.rep.dead_letters)
         if hasattr(inner, "progress"):
             inner.progress = False
@@ -425,10 +435,27 @@ class EngineSession:
         self.timings.reset()
         if first_phase is not None:
             self._open_phase(first_phase, time.monotonic())
+        scraper = None
+        if self.observer is not None:
+            scraper = threading.Thread(target=self._scrape, name="bench-scraper", daemon=True)
+            scraper.start()
         try:
             with Probes(), contextlib.suppress(StopRun):
                 self.rep.run()
         finally:
             if self._sampler is not None:
                 self._sampler.stop()
+            if scraper is not None:
+                self._scraping.set()
+                scraper.join()
+            if self.observer is not None:
+                self.observer.close()
         return self.phases
+
+    def _scrape(self) -> None:
+        """What a Prometheus server does to the engine: GET /metrics every second."""
+        url = f"http://127.0.0.1:{self._metrics_port}/metrics"
+        while not self._scraping.wait(1.0):
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=10) as resp:
+                resp.read()
+                self.scrapes += 1

@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--baselines", default="mixed,hot",
                     help="Postgres workloads that also run the MERGE / pyiceberg baselines "
                     "('' for none)")  # fmt: skip
+    ap.add_argument("--metrics-cost", default="mixed",
+                    help="Postgres workloads that also run the default engine with the Prometheus "
+                    "endpoint on and scraped every second ('' for none)")  # fmt: skip
     ap.add_argument("--read-cost", default="mixed,hot,wide",
                     help="Postgres workloads whose table's read cost is measured")
     ap.add_argument("--sweep", default=None,
@@ -144,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = _csv(args.sources)
     workloads = _csv(args.workloads)
     baseline_for = set(_csv(args.baselines))
+    metrics_for = set(_csv(args.metrics_cost))
     read_cost_for = set(_csv(args.read_cost))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.ERROR)
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = S.pg_workload(
                         ctx, w, baselines=name in baseline_for,
                         sweep=list(size["sweep"]) if name == "mixed" else [],
-                        read_costs=name in read_cost_for,
+                        read_costs=name in read_cost_for, metrics_cost=name in metrics_for,
                     )  # fmt: skip
                 else:
                     r = S.mysql_workload(ctx, w)

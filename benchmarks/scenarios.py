@@ -71,6 +71,9 @@ class Context:
         return pids
 
 
+METRICS_VARIANT = "default + /metrics scraped every 1 s"
+
+
 def engine_config(d: Path, source: SourceConfig, max_events: int | None = None) -> RunConfig:
     d.mkdir(parents=True, exist_ok=True)
     batch = BatchConfig() if max_events is None else BatchConfig(max_events=max_events)
@@ -188,7 +191,7 @@ def _nest(sessions: list[EngineSession], innermost: Callable[[], bool], changes:
 
 
 def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int],
-                read_costs: bool) -> WorkloadResult:  # fmt: skip
+                read_costs: bool, metrics_cost: bool = False) -> WorkloadResult:  # fmt: skip
     import psycopg
 
     res = WorkloadResult("postgres", workload_info(w))
@@ -204,14 +207,19 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     ctx.log(f"  postgres/{w.name}: {w.initial_rows:,} initial rows in {res.setup_seconds:.1f}s")
 
     variants: list[tuple[str, int | None]] = [(f"max_events={b:,}", b) for b in sweep]
+    if metrics_cost:
+        # The default engine again with the Prometheus endpoint on and scraped every second:
+        # its rate next to the default one is the cost of metrics (same backlog, same run).
+        variants.append((METRICS_VARIANT, None))
     variants.append(("default", None))
     sessions: list[EngineSession] = []
-    for _label, b in variants:
-        slot = "eng_default" if b is None else f"eng_b{b}"
+    for label, b in variants:
+        slot = "eng_metrics" if label == METRICS_VARIANT else "eng_default" if b is None else f"eng_b{b}"
         src = SourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION)
         sessions.append(EngineSession(
             engine_config(d / slot, src, b), ctx.spark, poll_max=b,
             memory_roots=ctx.memory_roots, probe_path=ctx.probe_path,
+            metrics=label == METRICS_VARIANT,
         ))  # fmt: skip
     sinks: list[Any] = []
     slots: dict[str, int] = {}
@@ -242,7 +250,13 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     main = sessions[-1]
     for (label, b), sess in zip(variants, sessions, strict=True):
         phases = {p.name: p for p in sess.phases}
-        if b is None:
+        if label == METRICS_VARIANT:
+            if "changes" in phases:
+                v = phase_dict(phases["changes"], label=label)
+                v["max_events"] = BatchConfig().max_events
+                v["scrapes"] = sess.scrapes
+                res.variants.append(v)
+        elif b is None:
             if "snapshot" in phases:
                 res.snapshot = phase_dict(phases["snapshot"], label="default")
             if "changes" in phases:

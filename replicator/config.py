@@ -222,12 +222,35 @@ class ErrorsConfig(_Strict):
 DEFAULT_STATE_DIR = ".replicator"  # load_config resolves it against the config's folder
 
 
+class MetricsConfig(_Strict):
+    """Operating the engine: the Prometheus endpoint, health and the source's retained log."""
+
+    # Serve /metrics and /healthz on "HOST:PORT" (off when not set).
+    listen: str | None = None
+    # /healthz answers 503 when changes have waited this long without a commit.
+    unhealthy_after_seconds: Annotated[float, Field(gt=0)] = 300.0
+    # Warn (and show in `status`) when the source retains more WAL/binlog than this for us.
+    retained_warn_bytes: Annotated[int, Field(gt=0)] = 1 << 30
+    # How often the source's retained WAL/binlog is measured while running.
+    retained_check_seconds: Annotated[float, Field(gt=0)] = 30.0
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, sep, port = v.rpartition(":")
+            if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError('metrics.listen must be "HOST:PORT", e.g. "127.0.0.1:9464"')
+        return v
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
     spark: SparkConfig = SparkConfig()
     errors: ErrorsConfig = ErrorsConfig()
+    metrics: MetricsConfig = MetricsConfig()
     state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from replicator import __version__
+from replicator.cli.logs import setup_logging
 from replicator.config import load_config
 from replicator.errors import ConfigError, ReplicatorError
-from replicator.secrets import ScrubbingFilter, scrub
+from replicator.secrets import scrub
 
 # The exit codes of `replicator run` (README "Exit codes"; each declared once, here).
 EXIT_OK = 0
@@ -47,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"replicator {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="log lines for people (text) or one JSON object per line (json)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="replicate changes into Iceberg")
@@ -55,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", choices=["spark", "local"], default="spark",
                      help="where the apply stage runs (default: spark; local skips Spark)")
     run.add_argument("--max-batches", type=int, default=None, help="stop after this many batches")
+    run.add_argument("--metrics-listen", metavar="HOST:PORT", default=None,
+                     help="serve Prometheus /metrics and /healthz here (overrides metrics.listen)")
 
     st = sub.add_parser("status", help="show the replicated tables")
     st.add_argument("--config", type=Path, required=True, help="YAML config file")
@@ -93,22 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(ScrubbingFilter())  # secrets never reach the log, whoever logs them
-    for noisy in ("py4j", "pyiceberg", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose, args.log_format)
     try:
         cfg = load_config(args.config)
         if args.command == "run":
@@ -134,8 +130,24 @@ def main(argv: list[str] | None = None) -> int:
 def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     from replicator.pipeline.runner import Replicator
 
-    rep = Replicator(cfg, engine=args.engine)
-    s = rep.run(until_idle=args.until_idle, max_batches=args.max_batches)
+    stop = threading.Event()
+    listen = args.metrics_listen or cfg.metrics.listen
+    observer = None
+    if listen:
+        from replicator.metrics import PrometheusObserver
+
+        observer = PrometheusObserver(unhealthy_after=cfg.metrics.unhealthy_after_seconds)
+        observer.serve(listen)
+    try:
+        with _stop_on_signals(stop) as install:
+            rep = Replicator(cfg, engine=args.engine, observer=observer, stop=stop)
+            install()  # again: creating the SparkContext puts pyspark's own SIGINT handler in
+            s = rep.run(until_idle=args.until_idle, max_batches=args.max_batches)
+    finally:
+        if observer is not None:
+            observer.close()
+    if stop.is_set():
+        print("stopped by signal: committed batches are kept, the next run resumes after them")
     print(f"batches committed: {s.batches}, events seen: {s.events_seen:,}, "
           f"already committed (skipped): {s.events_skipped:,}, dead letters: {s.dead_letters}, "
           f"{s.seconds:.1f}s")
@@ -158,6 +170,36 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     return code
 
 
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[Callable[[], None]]:
+    """SIGTERM / SIGINT: stop reading and end the run cleanly (the batch being applied is
+    committed whole or not at all; the source and the state lock are released; exit 0). A
+    second signal interrupts at once (KeyboardInterrupt): still safe, the next run resumes."""
+
+    def handle(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        logging.getLogger(__name__).info(
+            "%s: stopping after the batch in progress (again to interrupt now)", signal.Signals(signum).name
+        )
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None  # signals go to the main thread only (e.g. run from a test's thread)
+        return
+    old = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def install() -> None:
+        for sig in old:
+            signal.signal(sig, handle)
+
+    try:
+        yield install
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
 def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
     from replicator.cli.report import format_reports, table_report
     from replicator.iceberg.tables import open_catalog
@@ -170,6 +212,11 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
         spark = get_spark()
     reports = [table_report(catalog.load_table(i), spark) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
     print(format_reports(reports) if reports else f"no tables in namespace {cfg.iceberg.namespace}")
+    from replicator.cli.source_status import committed_checkpoints, format_retained
+
+    retained = format_retained(cfg, committed_checkpoints(catalog, cfg.iceberg.namespace))
+    if retained:
+        print(retained)
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class DeadLetterSink:
         self.path = path
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.on_put: Callable[[DeadLetter], None] | None = None  # e.g. a metrics counter
 
     @property
     def total(self) -> int:
@@ -47,6 +49,8 @@ class DeadLetterSink:
             letter = letter.model_copy(update={"raw": raw[: self.MAX_RAW] + "...(truncated)"})
         with self._lock:
             self.counts[letter.table or "?"] += 1
+            if self.on_put is not None:
+                self.on_put(letter)
             if self.path is None:
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent
 
 from replicator.checkpoint import (
     BatchPlan,
@@ -88,6 +88,8 @@ class TableTotals:
     equality_deletes: int = 0
     data_files: int = 0
     delete_files: int = 0
+    position_delete_files: int = 0
+    equality_delete_files: int = 0
     snapshots: int = 0
     dead_letters: int = 0
     stage_seconds: float = 0.0
@@ -382,6 +384,9 @@ def _commit(env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoin
     if part.written is not None:
         part.totals.data_files += len(part.written.data)
         part.totals.delete_files += len(part.written.deletes)
+        eq = sum(1 for f in part.written.deletes if f.content == DataFileContent.EQUALITY_DELETES)
+        part.totals.equality_delete_files += eq
+        part.totals.position_delete_files += len(part.written.deletes) - eq
     part.totals.snapshots += 1
     return mine
 

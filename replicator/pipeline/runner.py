@@ -7,11 +7,14 @@ import fcntl
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +23,25 @@ from replicator.config import RunConfig, redact_dsn
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, Op, SourcePosition
-from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, TableManager, open_catalog
+from replicator.iceberg.tables import (
+    SOURCE_TABLE_PROPERTY,
+    TableManager,
+    iceberg_table_name,
+    open_catalog,
+)
+from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.reader import Failed, Idle, SourceReader
+from replicator.pipeline.retained import RetainedLogWatcher
 from replicator.sources.base import ChangeSource
 
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_SECONDS = 0.5
+_OP = attrgetter("op")  # counting ops per batch for metrics: the cheapest walk over events
 
 
 @dataclass
@@ -114,9 +125,16 @@ class Replicator:
         engine: str = "spark",
         spark: Any = None,
         source: ChangeSource | None = None,
+        observer: Observer | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.cfg = cfg
+        self.observer = observer or NULL_OBSERVER
+        # Set (e.g. by a SIGTERM handler): stop reading, leave the pending batch uncommitted
+        # (it is read again after a restart: the source was never acknowledged past it).
+        self.stop = stop or threading.Event()
         self.dead_letters = DeadLetterSink(cfg.dead_letter_path)
+        self.dead_letters.on_put = lambda d: self.observer.dead_letter(d.table or "?", d.reason)
         self.catalog = open_catalog(cfg.iceberg)
         self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
         self.source = source or build_source(cfg, self.dead_letters)
@@ -153,6 +171,7 @@ class Replicator:
         self.on_idle: Callable[[], None] | None = None
         self._idle_streak = 0
         self._idle_hook_done = 0.0
+        self._file_counts: dict[str, tuple[int, int, int]] = {}  # live files per table, last read
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace
@@ -165,6 +184,9 @@ class Replicator:
             cp = read_checkpoint(table)
             if cp is not None:
                 found[source_table] = cp
+            if self.observer.enabled:
+                self._file_counts[source_table] = _file_counts(table)
+                self._report_files(source_table)
         self.checkpoints = Checkpoints(found)
         self.acknowledged = self.checkpoints.acknowledged
         for t, cp in sorted(found.items()):
@@ -177,12 +199,21 @@ class Replicator:
         with state_lock(self.cfg.state_dir):
             self._load_checkpoints()
             self.source.start(self.checkpoints)
+            watcher = RetainedLogWatcher(
+                self.source, self.observer, lambda: self.acknowledged,
+                every=self.cfg.metrics.retained_check_seconds,
+                warn_bytes=self.cfg.metrics.retained_warn_bytes,
+            )  # fmt: skip
             try:
+                self.observer.started()
+                watcher.start()
                 idle = self._loop(until_idle=until_idle, max_batches=max_batches)
                 if idle:
                     # Everything read is committed: the run ends with a cut at that position.
                     self.cuts.cut(self._holds(), consistent=self._consistent())
             finally:
+                self.observer.ended()
+                watcher.stop()
                 self.source.close()
         self.summary.dead_letters = self.dead_letters.total
         self.summary.seconds = time.monotonic() - start
@@ -212,6 +243,9 @@ class Replicator:
                 done = self._consume(reader, batcher, until_idle, max_batches)
                 if done:
                     return done == "idle"
+                if self.stop.is_set():
+                    log.info("stopping: %d uncommitted event(s) are left to the next run", batcher.pending)
+                    return False
         finally:
             reader.stop()  # the last acknowledgement reaches the source
             self._reader = None
@@ -221,6 +255,8 @@ class Replicator:
     ) -> str | None:
         """Apply what the reader handed over; "idle" or "enough" when the run is done."""
         for item in reader.items(timeout=IDLE_SLEEP_SECONDS):
+            if self.stop.is_set():
+                return None  # the loop stops; nothing half-applied: batches apply whole
             if isinstance(item, Failed):
                 # The source stopped (e.g. at a RENAME): commit the complete transactions
                 # read before the stopping statement, or every restart replays and loses them.
@@ -235,6 +271,7 @@ class Replicator:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
+                self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
                 if batcher.pending == 0:
                     if until_idle:
                         log.info("source is idle; everything read is committed")
@@ -256,8 +293,11 @@ class Replicator:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
+                    if self.stop.is_set():
+                        return None  # stop after the batch in progress, not after the chunk
             if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
                 return "enough"
+            self.observer.loop(pending=batcher.pending > 0, caught_up=False)
         # Close a partial batch that has lingered (bounds commit-to-visible lag under steady
         # load) without closing one after every chunk (Spark's fixed cost per job).
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
@@ -299,6 +339,7 @@ class Replicator:
 
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
+        self.observer.applying()
         first = min(evs[0].position for evs in batch.events.values())
         commit = BatchCommit(
             end=batch.end_position,
@@ -321,6 +362,8 @@ class Replicator:
             # held (never acknowledged) until someone fixes it and restarts.
             self.summary.stopped[table] = why
             log.error("stopping table %s: %s", table, why)
+        if outcome.stopped:
+            self.observer.tables_stopped(len(self.summary.stopped))
         crash_point("committed")
         # Only now is every table's part of the batch durable: tell the source.
         ack = self._ack_position(batch.end_position)
@@ -337,8 +380,40 @@ class Replicator:
         self.cuts.after_batch(batch.end_position, consistent=self._consistent() and not copying)
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
+        if self.observer.enabled:
+            self._observe(batch, live, outcome.checkpoints, time.perf_counter() - t0)
         log.info(
             "batch %d: %d events, %d table(s), up to %s, %.2fs",
             self.summary.batches, batch.event_count, len(batch.tables), batch.end_position,
             time.perf_counter() - t0,
         )
+
+    def _observe(
+        self, batch: ChangeBatch, live: dict[str, tuple[Any, ...]], committed: dict[str, Any], seconds: float
+    ) -> None:
+        """Tell the observer about a committed batch (only when metrics are on: this walks
+        every event once)."""
+        ops: Counter[tuple[str, str]] = Counter()
+        for table, evs in live.items():
+            for op, n in Counter(map(_OP, evs)).items():
+                ops[(table, op.value)] += n
+        newest = [evs[-1].ts_ms for evs in batch.events.values() if evs[-1].ts_ms is not None]
+        self.observer.committed(seconds=seconds, events=ops, newest_source_ms=max(newest, default=None))
+        for table in committed:
+            # Read back, not added up: a TRUNCATE or a maintenance commit removes files.
+            ident = iceberg_table_name(self.cfg.iceberg, table)
+            self._file_counts[table] = _file_counts(self.catalog.load_table(ident))
+            self._report_files(table)
+
+    def _report_files(self, table: str) -> None:
+        data, pos, eq = self._file_counts.get(table, (0, 0, 0))
+        self.observer.table_files(table, data=data, position_deletes=pos, equality_deletes=eq)
+
+
+def _file_counts(table: Any) -> tuple[int, int, int]:
+    """(data, position delete, equality delete) files of the table's current snapshot."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or not snapshot.manifests(table.io):
+        return 0, 0, 0  # (pyiceberg's files() fails on an empty manifest list, e.g. after TRUNCATE)
+    counts = Counter(int(c) for c in table.inspect.files().column("content").to_pylist())
+    return counts[0], counts[1], counts[2]

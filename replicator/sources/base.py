@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
+
+
+@dataclass(frozen=True)
+class RetainedLog:
+    """How much change log the source server keeps because this engine has not confirmed it:
+    a stuck reader fills the primary's disk (Postgres keeps WAL for a slot without limit
+    unless ``max_slot_wal_keep_size`` is set; then the slot is lost instead)."""
+
+    bytes: int | None  # None: not measurable (e.g. the committed binlog file is gone)
+    status: str  # Postgres: the slot's wal_status; MySQL: "binlog present" / "binlog purged"
+    detail: str = ""  # for people: the slot / binlog file and positions
 
 
 class ChangeSource(ABC):
@@ -58,3 +70,9 @@ class ChangeSource(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
+        """What the server retains for this engine, measured on a connection of its own
+        (callable from any thread); None when the source has no such log (files).
+        ``acknowledged``: how far the pipeline has told the source it may forget."""
+        return None

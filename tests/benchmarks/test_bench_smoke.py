@@ -58,3 +58,7 @@ def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
     assert all(r["row_messages"] == mixed["workload"]["events"] for r in mixed["raw"])
     assert mixed["engine"]["commits"] >= 1 and mixed["engine"]["parts"]["source_read"] > 0
     assert res["lag"]["postgres"]["samples"] > 0
+    # The metrics cost: the default engine again with /metrics on and scraped.
+    (with_metrics,) = [v for v in mixed["variants"] if "scrapes" in v]
+    assert with_metrics["events"] == mixed["workload"]["events"]
+    assert "Metrics endpoint costs < 2% throughput" in report

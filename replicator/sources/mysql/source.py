@@ -77,7 +77,7 @@ from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.sources.base import ChangeSource
+from replicator.sources.base import ChangeSource, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
@@ -383,6 +383,15 @@ class MySQLSource(ChangeSource):
                 with contextlib.suppress(pymysql.err.Error):
                     self._conn.close()
                 self._conn = None
+
+    def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
+        from replicator.sources.mysql.retained import binlog_retained
+
+        committed = None
+        if acknowledged is not None and acknowledged.source == "mysql":
+            # A snapshot row's position carries the binlog point the stream starts from.
+            committed = (str(acknowledged.parts[0]), int(acknowledged.parts[1]))
+        return binlog_retained(self.params, committed)
 
     # -- polling ------------------------------------------------------------------------------
     def poll(self) -> Iterator[ChangeEvent]:

@@ -41,7 +41,7 @@ from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.sources.base import ChangeSource
+from replicator.sources.base import ChangeSource, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.postgres import setup
@@ -244,6 +244,11 @@ class PostgresSource(ChangeSource):
                 if c is not None:
                     c.close()
             self._text_conn = self._conn = None
+
+    def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
+        from replicator.sources.postgres.retained import slot_retained
+
+        return slot_retained(self.dsn, self.slot)
 
     # -- polling --------------------------------------------------------------------------------
     def poll(self) -> Iterator[ChangeEvent]:
