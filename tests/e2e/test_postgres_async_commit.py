@@ -43,7 +43,8 @@ def test_added_table_snapshot_under_async_commits(
     Replicator(load(first), engine="spark", spark=spark).run(until_idle=True)  # slot + a
     # b joins the publication now (the engine's ALTER PUBLICATION would flush the WAL).
     sql(pg_db, "ALTER PUBLICATION replicator ADD TABLE b")
-    cfg_path = write_config(tmp_path, pg_db, max_events=500, tables=["public.a", "public.b"])
+    # Small batches: one that starts above a too-low bound applies its inserts blindly.
+    cfg_path = write_config(tmp_path, pg_db, max_events=40, tables=["public.a", "public.b"])
     stop = threading.Event()
     writer: threading.Thread | None = None
     try:

@@ -78,5 +78,20 @@ def test_identity_index_table_and_default_state_dir(
         loc = iceberg_metadata(cfg, table.qualified)
         for judge in (spark_rows, duckdb_rows):
             assert judge(loc, order_by=["id"]) == expected, (judge.__name__, table.qualified)
+    # Every table's checkpoint names the source it came from (item 13).
+    from replicator.checkpoint import read_checkpoint
+    from replicator.iceberg.tables import iceberg_table_name, open_catalog
+
+    with psycopg.connect(pg_db) as conn:
+        db_oid = conn.execute(
+            "SELECT oid, datname FROM pg_database WHERE datname = current_database()"
+        ).fetchone()
+    assert db_oid is not None
+    for name in ("public.t", "public.f"):
+        table = open_catalog(cfg.iceberg).load_table(iceberg_table_name(cfg.iceberg, name))
+        cp = read_checkpoint(table)
+        assert cp is not None and cp.source_id is not None
+        assert cp.source_id.startswith("postgres:")
+        assert cp.source_id.endswith(f"/{db_oid[0]}:{db_oid[1]}/replicator")
     rc = main(["diff", "--config", str(cfg_path)])
     assert rc == 0, capsys.readouterr().out
