@@ -11,6 +11,7 @@ commit whose response was lost, a retry after a conflict), so nothing is applied
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -58,8 +59,10 @@ from replicator.pipeline.staging import (
     StagedBatch,
     deferred_key_moves,
     stage_events,
+    with_held_keys,
 )
 from replicator.retry import call_with_retries
+from replicator.sources.debezium_files import POSITION_SOURCE as DEBEZIUM_POSITION_SOURCE
 from spark.apply_stage import (
     StageResult,
     StageSpec,
@@ -259,21 +262,23 @@ def _prepare(
     if cut is not None:
         pending = pending[cut + 1 :]
     pending = _fill_unavailable(env, part.state, pending, use_table=not part.truncate)
-    part.staged = _stage(env, part, pending, _held_keys(env, part, pending))
+    staged = _stage(env, part, pending)
+    part.staged = _with_held_keys(env, part, staged)
 
 
-def _held_keys(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> set[Any] | None:
-    """Keys a key move of this batch may land on while the table still holds them (a
-    deferred unique check, ``staging.deferred_key_moves``) that the table does hold; None
-    when no such move (the common case: no lookup)."""
-    wanted = deferred_key_moves(events, part.state.key_columns)
-    if not wanted:
-        return None
-    if part.truncate:
-        return set()  # emptied at the TRUNCATE before these events
+def _with_held_keys(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> StagedBatch:
+    """When a key move of this batch may land on a key the table still holds (a deferred
+    unique check, ``staging.deferred_key_moves``), tell the mapper which of those keys the
+    table does hold (one lookup); the common case (no such move) costs one vector test."""
     keys = part.state.key_columns
-    lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
-    return {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
+    wanted = deferred_key_moves(staged.table, keys) if staged.events else set()
+    if not wanted:
+        return staged
+    held: set[Any] = set()
+    if not part.truncate:  # else the table is empty before these events
+        lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
+        held = {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
+    return dataclasses.replace(staged, table=with_held_keys(staged.table, keys, held))
 
 
 def _fill_unavailable(
@@ -283,6 +288,8 @@ def _fill_unavailable(
     value from an earlier event of the batch or the table's current row. An event whose
     value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
     never written as data."""
+    if not events or events[0].position.source != DEBEZIUM_POSITION_SOURCE:
+        return events  # only Debezium input carries it (Postgres fills TOAST at the source)
     keys = state.key_columns
     lookup = (
         IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
@@ -313,15 +320,11 @@ def _local_spark() -> Any:
     return get_spark()
 
 
-def _stage(
-    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], table_keys: set[Any] | None = None
-) -> StagedBatch:
+def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
-    staged = stage_events(
-        events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change, table_keys
-    )
+    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
@@ -44,17 +45,13 @@ def stage_events(
     key_columns: Sequence[str],
     dead_letters: DeadLetterSink,
     on_bad_change: str = STOP,
-    table_keys: set[tuple[Any, ...]] | None = None,
 ) -> StagedBatch:
     """``columns`` are (name, engine type) of the Iceberg table, in table order.
 
     A 'c'/'r' that does not convert is dead-lettered. A 'u'/'d' that does not convert would
     leave the old row behind, so ``on_bad_change`` decides: ``stop`` raises
     ``BadChangeError`` (table, key, position, reason); ``dead-letter`` dead-letters it and
-    still applies the delete of its before-image (a 'd' of the before key).
-
-    ``table_keys``: keys the table holds before the batch, when a key move may land on a
-    held key (``deferred_key_moves``): staged as the after-key-in-table column."""
+    still applies the delete of its before-image (a 'd' of the before key)."""
     live = []
     dropped = 0
     for ev in events:
@@ -75,10 +72,6 @@ def stage_events(
         if not bad:
             try:
                 table = _build(live, columns, key_columns)
-                if table_keys is not None:
-                    table = table.append_column(
-                        AFTER_KEY_IN_TABLE_COLUMN, _after_key_in_table(live, key_columns, table_keys)
-                    )
                 return StagedBatch(table=table, events=len(live), dead_lettered=dropped)
             except _CONVERSION_ERRORS:
                 bad = _find_unmappable(live, columns, key_columns)
@@ -134,39 +127,50 @@ def _reject(
     return delete if row_change else None
 
 
-def deferred_key_moves(events: Sequence[ChangeEvent], key_columns: Sequence[str]) -> set[tuple[Any, ...]]:
+def deferred_key_moves(staged: pa.Table, key_columns: Sequence[str]) -> set[tuple[Any, ...]]:
     """After keys of key-changing updates that a later u/d of the batch moves or deletes
     again: where a deferred unique check (``UPDATE t SET id = 3 - id``) could have put two
-    rows on one key, so the mapper must know whether the table held the key before."""
-    keys = tuple(key_columns)
+    rows on one key, so the mapper must know whether the table held the key before. One
+    vectorized test per batch; rows are only walked when the batch changes a key."""
+    ops = staged.column(OP)
+    changed = None
+    for k in key_columns:
+        ne = pc.fill_null(pc.not_equal(staged.column(before_key_column(k)), staged.column(k)), False)
+        changed = ne if changed is None else pc.or_(changed, ne)
+    if changed is None or not pc.any(pc.and_(pc.equal(ops, "u"), changed)).as_py():
+        return set()
     moved_to: set[tuple[Any, ...]] = set()
     out: set[tuple[Any, ...]] = set()
-    for ev in events:
-        if ev.op not in (Op.UPDATE, Op.DELETE):
-            continue
-        row = _before_key_row(ev)
-        bk = tuple(row.get(k) for k in keys) if row is not None else None
+    for op, bk, ak in _op_keys(staged, key_columns):
         if bk in moved_to:
             out.add(bk)
-        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
-            ak = tuple(ev.after.get(k) for k in keys)
-            if ak != bk:
-                moved_to.add(ak)
+        if op == "u" and ak != bk:
+            moved_to.add(ak)
     return out
 
 
-def _after_key_in_table(
-    events: Sequence[ChangeEvent], key_columns: Sequence[str], table_keys: set[tuple[Any, ...]]
-) -> pa.Array:
-    keys = tuple(key_columns)
-    flags: list[bool | None] = []
-    for ev in events:
-        if ev.op is Op.UPDATE and ev.before is not None and ev.after is not None:
-            ak = tuple(ev.after.get(k) for k in keys)
-            flags.append(ak in table_keys if ak != tuple(ev.before.get(k) for k in keys) else None)
-        else:
-            flags.append(None)
-    return pa.array(flags, pa.bool_())
+def with_held_keys(
+    staged: pa.Table, key_columns: Sequence[str], table_keys: set[tuple[Any, ...]]
+) -> pa.Table:
+    """``staged`` plus the after-key-in-table column (``ops_mapping.contract``)."""
+    flags = [
+        (ak in table_keys) if op == "u" and ak != bk else None
+        for op, bk, ak in _op_keys(staged, key_columns)
+    ]
+    return staged.append_column(AFTER_KEY_IN_TABLE_COLUMN, pa.array(flags, pa.bool_()))
+
+
+def _op_keys(staged: pa.Table, key_columns: Sequence[str]) -> Any:
+    """(op, before key, after key) per row; keys as tuples (None for an absent side)."""
+    ops = staged.column(OP).to_pylist()
+    before = zip(*(staged.column(before_key_column(k)).to_pylist() for k in key_columns), strict=True)
+    after = zip(*(staged.column(k).to_pylist() for k in key_columns), strict=True)
+    for op, bk, ak in zip(ops, before, after, strict=True):
+        yield (
+            op,
+            bk if op in ("u", "d") else None,
+            ak if op != "d" else None,
+        )
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)

@@ -51,9 +51,6 @@ pytestmark = [
 ]
 
 _runs = itertools.count()
-TRUNCATE = pytest.mark.xfail(
-    strict=True, reason="issue 10 item 14: the pipeline applies TRUNCATE (lead's fix)"
-)
 
 
 # --------------------------------------------------------------------------- captures
@@ -301,7 +298,6 @@ def test_debezium_redelivery_of_a_create_after_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@TRUNCATE
 @pytest.mark.parametrize("engine", ["pgprec", "myprec"])
 def test_debezium_truncate(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> None:
     """A TRUNCATE (Debezium ``t`` record) empties the table at its position."""

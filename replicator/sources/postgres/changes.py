@@ -46,7 +46,36 @@ Pending = tuple[
 ]
 
 
-make_event = event_maker("postgres")
+class BadKey(dict[str, Any]):
+    """The before key of a u/d whose row does not convert, riding in a pending tuple's
+    'before' slot; ``make_event`` turns it into an event with ``error`` set (the pipeline
+    applies ``errors.on_bad_change``: never a silently kept stale row)."""
+
+    def __init__(self, key: dict[str, Any], error: str) -> None:
+        super().__init__(key)
+        self.error = error
+
+
+_make_event = event_maker("postgres")
+
+
+def make_event(
+    table: str,
+    op: Op,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    parts: Parts,
+    schema: TableSchema | None,
+    ts_ms: int | None,
+    tx_id: str | None,
+    last: bool,
+) -> ChangeEvent:
+    if type(before) is BadKey:
+        return ChangeEvent(
+            table, op, dict(before), None, position=SourcePosition("postgres", parts), schema=schema,
+            ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last, error=before.error,
+        )  # fmt: skip
+    return _make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)
 
 
 @dataclass
@@ -248,8 +277,26 @@ class ChangeAssembler:
         except ValueConversionError as exc:
             toast.pop(old_key)
             toast.pop(key)
+            if t is not Insert:
+                bad = self._bad_change(rel, msg, t is Delete, parts, tx, exc)
+                if bad is not None:
+                    return bad
             self.dead_letter(rel, image, parts, exc)
             return None
+
+    def _bad_change(
+        self, rel: RelState, msg: Any, delete: bool, parts: Parts, tx: _Tx, exc: ValueConversionError
+    ) -> Pending | None:
+        """A u/d that does not convert, as its before key only (None if even that fails)."""
+        assert rel.rows is not None
+        src = msg.old if msg.old is not None else msg.new
+        try:
+            key = rel.rows.convert_subset(src, rel.key_idx)
+        except ValueConversionError:
+            return None
+        op = Op.DELETE if delete else Op.UPDATE
+        log.warning("%s: change at %s does not convert: %s", rel.table, parts, exc)
+        return (rel.table, op, BadKey(key, str(exc)), None, parts, rel.schema, tx.ts_ms, tx.xid)
 
     def _old_image(self, rel: RelState, msg: Any) -> dict[str, Any]:
         assert rel.rows is not None
