@@ -18,14 +18,18 @@ Concurrency: the commit asserts that the branch head is still the snapshot the c
 work on (``AssertRefSnapshotId``); a conflict raises ``CommitConflictError`` and is never retried
 or rebased here, because a CDC batch must not be re-applied on top of a state it did not see.
 
-pyiceberg 0.12 internals this module depends on (re-check them when upgrading pyiceberg):
+pyiceberg 0.12 internals this module and ``rewrite`` depend on (the one list of them; re-check
+them when upgrading pyiceberg):
 
 * ``pyiceberg.table.update.snapshot._MergeAppendFiles`` (a ``_FastAppendFiles`` /
   ``_SnapshotProducer``, plus ``_process_manifests()`` for manifest merging): the attributes
-  ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, the methods
+  ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, ``_io``,
+  ``_operation``, ``_parent_snapshot_id``, ``_target_branch``, the methods
   ``_commit()`` (writes the manifest list and returns the snapshot updates plus the
   ``AssertRefSnapshotId`` requirement), ``_manifests()``, ``_summary()``, ``_existing_manifests()``,
   ``new_manifest_writer()``, ``new_manifest_output()`` and ``_clean_all_uncommitted()``.
+* ``pyiceberg.table.snapshots.update_snapshot_summaries`` refuses operation ``replace``: a
+  rewrite computes its totals as an ``overwrite`` and relabels the summary.
 * ``pyiceberg.manifest.ManifestWriterV2``: subclassed to write a DELETES manifest (its
   ``content()`` and the ``content`` key of its Avro metadata), and to declare
   ``data_file.equality_ids`` as ``list<int>`` (its ``_with_partition()``), which Iceberg Java
@@ -71,7 +75,16 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.retry import call_with_retries
 
-__all__ = ["UNSET", "commit_row_delta"]
+__all__ = [
+    "UNSET",
+    "RowDeltaProducer",
+    "check_expected_head",
+    "check_files",
+    "check_properties",
+    "commit_producer",
+    "commit_row_delta",
+    "manifest_writer_class",
+]
 
 
 class _Unset(Enum):
@@ -138,24 +151,52 @@ def commit_row_delta(
     data = list(data_files)
     deletes = list(delete_files)
     properties = dict(snapshot_properties)
-    _check_files(table, data, deletes)
-    _check_properties(properties)
+    check_files(table, data, deletes)
+    check_properties(properties)
 
-    table_name = ".".join(table.name())
     head = table.metadata.snapshot_by_name(branch)
     head_id = head.snapshot_id if head is not None else None
-    if expected_parent_snapshot_id is not UNSET and expected_parent_snapshot_id != head_id:
+    if expected_parent_snapshot_id is not UNSET:
+        check_expected_head(table, expected_parent_snapshot_id, branch)
+
+    producer = RowDeltaProducer(table.transaction(), table, data, deletes, properties, branch)
+    return commit_producer(table, producer, head_id=head_id, table_properties=table_properties)
+
+
+def check_expected_head(
+    table: Table, expected: int | None, branch: str = MAIN_BRANCH
+) -> int | None:
+    """The id of ``branch``'s head; ``CommitConflictError`` unless it is ``expected``."""
+    head = table.metadata.snapshot_by_name(branch)
+    head_id = head.snapshot_id if head is not None else None
+    if expected != head_id:
         raise CommitConflictError(
-            f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
-            table=table_name,
+            f"branch {branch!r} is at snapshot {head_id}, expected {expected}",
+            table=".".join(table.name()),
             hint="another writer committed, or the table object is stale; reload the table "
             "and decide whether this batch still applies",
         )
+    return head_id
 
-    transaction = table.transaction()
-    producer = _RowDeltaProducer(transaction, table, data, deletes, properties, branch)
+
+def commit_producer(
+    table: Table,
+    producer: RowDeltaProducer,
+    *,
+    head_id: int | None,
+    table_properties: Callable[[int], Mapping[str, str]] | None = None,
+) -> Snapshot:
+    """Write ``producer``'s manifests and commit its snapshot on top of ``head_id`` atomically.
+
+    Shared by every producer of this package (row deltas, rewrites): the catalog checks that the
+    branch head is still ``head_id``; the producer's files are removed when the catalog
+    certainly did not take them.
+    """
+    table_name = ".".join(table.name())
+    branch = producer._target_branch
+    transaction = producer._transaction
     try:
-        # Writes both manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
+        # Writes the manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
         # the AssertRefSnapshotId(head_id) requirement the catalog checks atomically.
         # Manifests go to storage under fresh names on every call: safe to retry.
         updates, requirements = call_with_retries(
@@ -166,7 +207,7 @@ def commit_row_delta(
         raise
     if table_properties is not None:
         props = dict(table_properties(producer.snapshot_id))
-        _check_properties(props)
+        check_properties(props)
         updates = (*updates, SetPropertiesUpdate(updates=props))
 
     try:
@@ -203,7 +244,7 @@ def _operation(data: list[DataFile], deletes: list[DataFile]) -> Operation:
     return Operation.APPEND
 
 
-def _check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> None:
+def check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> None:
     for data_file in data:
         if data_file.content != DataFileContent.DATA:
             raise ValueError(
@@ -242,7 +283,7 @@ def _spec_id(content_file: DataFile, default: int) -> int:
         return default
 
 
-def _check_properties(properties: dict[str, str]) -> None:
+def check_properties(properties: dict[str, str]) -> None:
     for key, value in properties.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError(f"snapshot property {key!r}={value!r}: keys and values must be str")
@@ -298,7 +339,12 @@ class _DeleteManifestWriter(_DataManifestWriter):
         return {**super()._meta, "content": "deletes"}
 
 
-class _RowDeltaProducer(_MergeAppendFiles):
+def manifest_writer_class(content: ManifestContent) -> type[_DataManifestWriter]:
+    """Our v2 manifest writer for manifests of ``content``."""
+    return _DeleteManifestWriter if content == ManifestContent.DELETES else _DataManifestWriter
+
+
+class RowDeltaProducer(_MergeAppendFiles):
     """An append that also writes a DELETES manifest.
 
     Inherited: ``_existing_manifests`` (every parent manifest that still has live files),
@@ -326,6 +372,9 @@ class _RowDeltaProducer(_MergeAppendFiles):
         )
         self._added_data_files = data
         self._added_delete_files = deletes
+        # Data sequence number of the added data files (None: the new snapshot's). Only a
+        # rewrite sets it, to keep rewritten rows under the deletes that applied to them.
+        self._data_sequence_number: int | None = None
 
     def _manifests(self) -> list[ManifestFile]:
         spec = self._transaction.table_metadata.spec()
@@ -333,8 +382,10 @@ class _RowDeltaProducer(_MergeAppendFiles):
         v2 = self._transaction.table_metadata.format_version == 2
         if self._added_data_files:
             writer = self._new_writer(_DataManifestWriter) if v2 else self.new_manifest_writer(spec)
-            new_manifests.append(self._write_added(writer, self._added_data_files))
-        if self._added_delete_files:  # v2 only, checked by _check_files
+            new_manifests.append(
+                self._write_added(writer, self._added_data_files, self._data_sequence_number)
+            )
+        if self._added_delete_files:  # v2 only, checked by check_files
             writer = self._new_writer(_DeleteManifestWriter)
             new_manifests.append(self._write_added(writer, self._added_delete_files))
         return self._process_manifests(new_manifests + self._existing_manifests())
@@ -348,7 +399,9 @@ class _RowDeltaProducer(_MergeAppendFiles):
             avro_compression=self._compression,
         )
 
-    def _write_added(self, writer: ManifestWriter, files: list[DataFile]) -> ManifestFile:
+    def _write_added(
+        self, writer: ManifestWriter, files: list[DataFile], sequence_number: int | None = None
+    ) -> ManifestFile:
         with writer:
             for content_file in files:
                 writer.add_entry(
@@ -356,7 +409,7 @@ class _RowDeltaProducer(_MergeAppendFiles):
                         status=ManifestEntryStatus.ADDED,
                         snapshot_id=self._snapshot_id,
                         # null: inherit the snapshot's sequence number from the manifest list
-                        sequence_number=None,
+                        sequence_number=sequence_number,
                         file_sequence_number=None,
                         data_file=content_file,
                     )
