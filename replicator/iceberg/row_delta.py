@@ -7,8 +7,12 @@ parent snapshot and adds
 * one DATA manifest (content 0) with the new data files, and
 * one DELETES manifest (content 1) with the new position and equality delete files.
 
-Tables that set ``commit.manifest-merge.enabled=true`` get pyiceberg's merge of DATA manifests
-on top (see ``commit.manifest.min-count-to-merge``); DELETES manifests are never merged.
+Manifests are merged on commit so the manifest list of the head stays bounded however many
+commits there have been: when more than ``commit.manifest.min-count-to-merge`` (default
+``MANIFESTS_PER_CONTENT_MAX``) manifests of one content type (DATA or DELETES) would be listed,
+the ones smaller than ``commit.manifest.target-size-bytes`` are merged into one. pyiceberg's
+own merge covers DATA manifests only; ours writes each content type with its own writer. A
+table can opt out with ``commit.manifest-merge.enabled=false``.
 
 All new entries are written with a null sequence number, so they inherit the snapshot's sequence
 number from the manifest list (spec: "sequence number inheritance"). Equality deletes therefore
@@ -58,7 +62,7 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import (
     Operation,
@@ -71,11 +75,13 @@ from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.retry import call_with_retries
 
 __all__ = [
+    "MANIFESTS_PER_CONTENT_MAX",
     "UNSET",
     "RowDeltaProducer",
     "check_expected_head",
@@ -93,6 +99,10 @@ class _Unset(Enum):
 
 # Default of ``expected_parent_snapshot_id``: "whatever head the given table object has loaded".
 UNSET: Final = _Unset.UNSET
+
+# Manifests of one content type listed by a snapshot before the small ones are merged (when the
+# table does not set commit.manifest.min-count-to-merge).
+MANIFESTS_PER_CONTENT_MAX = 16
 
 # Field ids of the manifest-entry schema (Iceberg spec, "Manifests").
 _DATA_FILE_FIELD_ID = 2
@@ -348,10 +358,10 @@ class RowDeltaProducer(_MergeAppendFiles):
     """An append that also writes a DELETES manifest.
 
     Inherited: ``_existing_manifests`` (every parent manifest that still has live files),
-    ``_deleted_entries`` (none), the no-op concurrency validation, and ``_process_manifests``,
-    which merges DATA manifests when the table sets ``commit.manifest-merge.enabled=true``
-    (pyiceberg's default is false; it never merges DELETES manifests). Merged entries keep
-    their data sequence numbers, so equality-delete semantics are unchanged.
+    ``_deleted_entries`` (none), the no-op concurrency validation, and the merge settings of
+    ``_MergeAppendFiles`` (target size). ``_process_manifests`` is ours: it merges DATA and
+    DELETES manifests alike (see the module docstring). Merged entries keep their data and file
+    sequence numbers, so delete semantics are unchanged.
     """
 
     def __init__(
@@ -390,9 +400,51 @@ class RowDeltaProducer(_MergeAppendFiles):
             new_manifests.append(self._write_added(writer, self._added_delete_files))
         return self._process_manifests(new_manifests + self._existing_manifests())
 
-    def _new_writer(self, writer_class: type[_DataManifestWriter]) -> ManifestWriter:
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        properties = self._transaction.table_metadata.properties
+        if not property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED, True):
+            return manifests
+        most = property_as_int(
+            properties, TableProperties.MANIFEST_MIN_MERGE_COUNT, MANIFESTS_PER_CONTENT_MAX
+        )
+        groups: dict[tuple[ManifestContent, int], list[ManifestFile]] = {}
+        for manifest in manifests:  # new manifests first, as the caller lists them
+            groups.setdefault((manifest.content, manifest.partition_spec_id), []).append(manifest)
+        result: list[ManifestFile] = []
+        for (content, spec_id), group in groups.items():
+            small = [m for m in group if m.manifest_length < self._target_size_bytes]
+            if len(group) <= (most or 0) or len(small) < 2:
+                result.extend(group)
+                continue
+            result.append(self._merge(content, spec_id, small))
+            result.extend(m for m in group if m.manifest_length >= self._target_size_bytes)
+        return result
+
+    def _merge(
+        self, content: ManifestContent, spec_id: int, manifests: list[ManifestFile]
+    ) -> ManifestFile:
+        """One manifest with the live entries of ``manifests`` and this snapshot's removals."""
+        writer = self._new_writer(manifest_writer_class(content), spec_id)
+        with writer:
+            for manifest in manifests:
+                for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=False):
+                    ours = entry.snapshot_id == self._snapshot_id
+                    if entry.status == ManifestEntryStatus.DELETED:
+                        if ours:  # removed by this snapshot: keep the record of it
+                            writer.delete(entry)
+                    elif entry.status == ManifestEntryStatus.ADDED and ours:
+                        # Keeps an explicit data sequence number; null inherits this snapshot's.
+                        writer.add(entry)
+                    else:
+                        writer.existing(entry)  # both sequence numbers as read
+        return writer.to_manifest_file()
+
+    def _new_writer(
+        self, writer_class: type[_DataManifestWriter], spec_id: int | None = None
+    ) -> ManifestWriter:
+        metadata = self._transaction.table_metadata
         return writer_class(
-            spec=self._transaction.table_metadata.spec(),
+            spec=metadata.spec() if spec_id is None else metadata.specs()[spec_id],
             schema=self.schema(),
             output_file=self.new_manifest_output(),  # tracked for cleanup on failure
             snapshot_id=self._snapshot_id,
