@@ -28,7 +28,7 @@ them when upgrading pyiceberg):
 * ``pyiceberg.table.update.snapshot._MergeAppendFiles`` (a ``_FastAppendFiles`` /
   ``_SnapshotProducer``, plus ``_process_manifests()`` for manifest merging): the attributes
   ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, ``_io``,
-  ``_operation``, ``_parent_snapshot_id``, ``_target_branch``, the methods
+  ``_operation``, ``_parent_snapshot_id``, ``_target_branch``, ``_written_manifests``, the methods
   ``_commit()`` (writes the manifest list and returns the snapshot updates plus the
   ``AssertRefSnapshotId`` requirement), ``_manifests()``, ``_summary()``, ``_existing_manifests()``,
   ``new_manifest_writer()``, ``new_manifest_output()`` and ``_clean_all_uncommitted()``.
@@ -46,6 +46,7 @@ them when upgrading pyiceberg):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Final
@@ -418,7 +419,18 @@ class RowDeltaProducer(_MergeAppendFiles):
                 continue
             result.append(self._merge(content, spec_id, small))
             result.extend(m for m in group if m.manifest_length >= self._target_size_bytes)
+            self._discard_merged(small)
         return result
+
+    def _discard_merged(self, merged: list[ManifestFile]) -> None:
+        """Delete the manifests this commit wrote and then merged away: nothing lists them
+        (pyiceberg's merge leaves them behind as orphans)."""
+        for manifest in merged:
+            path = manifest.manifest_path
+            if path in self._written_manifests:
+                self._written_manifests.remove(path)
+                with contextlib.suppress(Exception):  # best effort: orphan cleanup catches it
+                    self._io.delete(path)
 
     def _merge(
         self, content: ManifestContent, spec_id: int, manifests: list[ManifestFile]

@@ -66,6 +66,15 @@ def test_many_commits_keep_manifests_and_metadata_bounded(catalog: SqlCatalog) -
         assert file_count(table, ".metadata.json") <= METADATA_PREVIOUS_VERSIONS_MAX + 1
 
     assert most_manifests > MANIFESTS_PER_CONTENT_MAX  # the bound was reached, so merges ran
+    # Manifests written and merged away in the same commit are not left behind.
+    listed = {
+        Path(m.manifest_path.removeprefix("file://")).name
+        for snapshot in table.metadata.snapshots
+        for m in snapshot.manifests(table.io)
+    }
+    metadata_dir = Path(table.location().removeprefix("file://")) / "metadata"
+    on_disk = {p.name for p in metadata_dir.glob("*.avro") if not p.name.startswith("snap-")}
+    assert on_disk == listed
     assert len(table.metadata.metadata_log) <= METADATA_PREVIOUS_VERSIONS_MAX
     expected = sorted(model.items())
     assert id_name(spark_rows(table.metadata_location)) == expected
