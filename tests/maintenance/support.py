@@ -19,9 +19,12 @@ KEYS = {"app.items": ["id"]}
 
 
 def config(root: Path, *, max_events: int = 10, cut_every: float = 0.0,
-           maintenance: dict[str, Any] | None = None) -> RunConfig:
+           maintenance: dict[str, Any] | None = None, exactly_once: bool = True) -> RunConfig:
+    """``exactly_once``: inserts are inserts (at-least-once input makes every insert an upsert,
+    i.e. an equality delete)."""
     cfg = {
-        "source": {"type": "debezium-json", "path": "in", "primary_keys": KEYS},
+        "source": {"type": "debezium-json", "path": "in", "primary_keys": KEYS,
+                   "delivery": "exactly-once" if exactly_once else "at-least-once"},
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc",
                     "cut_every_seconds": cut_every, "cuts_keep": 3},
         "batch": {"max_events": max_events, "max_seconds": 3600},
