@@ -7,8 +7,12 @@ parent snapshot and adds
 * one DATA manifest (content 0) with the new data files, and
 * one DELETES manifest (content 1) with the new position and equality delete files.
 
-Tables that set ``commit.manifest-merge.enabled=true`` get pyiceberg's merge of DATA manifests
-on top (see ``commit.manifest.min-count-to-merge``); DELETES manifests are never merged.
+Manifests are merged on commit so the manifest list of the head stays bounded however many
+commits there have been: when more than ``commit.manifest.min-count-to-merge`` (default
+``MANIFESTS_PER_CONTENT_MAX``) manifests of one content type (DATA or DELETES) would be listed,
+the ones smaller than ``commit.manifest.target-size-bytes`` are merged into one. pyiceberg's
+own merge covers DATA manifests only; ours writes each content type with its own writer. A
+table can opt out with ``commit.manifest-merge.enabled=false``.
 
 All new entries are written with a null sequence number, so they inherit the snapshot's sequence
 number from the manifest list (spec: "sequence number inheritance"). Equality deletes therefore
@@ -18,14 +22,18 @@ Concurrency: the commit asserts that the branch head is still the snapshot the c
 work on (``AssertRefSnapshotId``); a conflict raises ``CommitConflictError`` and is never retried
 or rebased here, because a CDC batch must not be re-applied on top of a state it did not see.
 
-pyiceberg 0.12 internals this module depends on (re-check them when upgrading pyiceberg):
+pyiceberg 0.12 internals this module and ``rewrite`` depend on (the one list of them; re-check
+them when upgrading pyiceberg):
 
 * ``pyiceberg.table.update.snapshot._MergeAppendFiles`` (a ``_FastAppendFiles`` /
   ``_SnapshotProducer``, plus ``_process_manifests()`` for manifest merging): the attributes
-  ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, the methods
+  ``_added_data_files``, ``_snapshot_id``, ``_compression``, ``_transaction``, ``_io``,
+  ``_operation``, ``_parent_snapshot_id``, ``_target_branch``, the methods
   ``_commit()`` (writes the manifest list and returns the snapshot updates plus the
   ``AssertRefSnapshotId`` requirement), ``_manifests()``, ``_summary()``, ``_existing_manifests()``,
   ``new_manifest_writer()``, ``new_manifest_output()`` and ``_clean_all_uncommitted()``.
+* ``pyiceberg.table.snapshots.update_snapshot_summaries`` refuses operation ``replace``: a
+  rewrite computes its totals as an ``overwrite`` and relabels the summary.
 * ``pyiceberg.manifest.ManifestWriterV2``: subclassed to write a DELETES manifest (its
   ``content()`` and the ``content`` key of its Avro metadata), and to declare
   ``data_file.equality_ids`` as ``list<int>`` (its ``_with_partition()``), which Iceberg Java
@@ -54,7 +62,7 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import (
     Operation,
@@ -67,11 +75,22 @@ from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.retry import call_with_retries
 
-__all__ = ["UNSET", "commit_row_delta"]
+__all__ = [
+    "MANIFESTS_PER_CONTENT_MAX",
+    "UNSET",
+    "RowDeltaProducer",
+    "check_expected_head",
+    "check_files",
+    "check_properties",
+    "commit_producer",
+    "commit_row_delta",
+    "manifest_writer_class",
+]
 
 
 class _Unset(Enum):
@@ -80,6 +99,10 @@ class _Unset(Enum):
 
 # Default of ``expected_parent_snapshot_id``: "whatever head the given table object has loaded".
 UNSET: Final = _Unset.UNSET
+
+# Manifests of one content type listed by a snapshot before the small ones are merged (when the
+# table does not set commit.manifest.min-count-to-merge).
+MANIFESTS_PER_CONTENT_MAX = 16
 
 # Field ids of the manifest-entry schema (Iceberg spec, "Manifests").
 _DATA_FILE_FIELD_ID = 2
@@ -138,24 +161,52 @@ def commit_row_delta(
     data = list(data_files)
     deletes = list(delete_files)
     properties = dict(snapshot_properties)
-    _check_files(table, data, deletes)
-    _check_properties(properties)
+    check_files(table, data, deletes)
+    check_properties(properties)
 
-    table_name = ".".join(table.name())
     head = table.metadata.snapshot_by_name(branch)
     head_id = head.snapshot_id if head is not None else None
-    if expected_parent_snapshot_id is not UNSET and expected_parent_snapshot_id != head_id:
+    if expected_parent_snapshot_id is not UNSET:
+        check_expected_head(table, expected_parent_snapshot_id, branch)
+
+    producer = RowDeltaProducer(table.transaction(), table, data, deletes, properties, branch)
+    return commit_producer(table, producer, head_id=head_id, table_properties=table_properties)
+
+
+def check_expected_head(
+    table: Table, expected: int | None, branch: str = MAIN_BRANCH
+) -> int | None:
+    """The id of ``branch``'s head; ``CommitConflictError`` unless it is ``expected``."""
+    head = table.metadata.snapshot_by_name(branch)
+    head_id = head.snapshot_id if head is not None else None
+    if expected != head_id:
         raise CommitConflictError(
-            f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
-            table=table_name,
+            f"branch {branch!r} is at snapshot {head_id}, expected {expected}",
+            table=".".join(table.name()),
             hint="another writer committed, or the table object is stale; reload the table "
             "and decide whether this batch still applies",
         )
+    return head_id
 
-    transaction = table.transaction()
-    producer = _RowDeltaProducer(transaction, table, data, deletes, properties, branch)
+
+def commit_producer(
+    table: Table,
+    producer: RowDeltaProducer,
+    *,
+    head_id: int | None,
+    table_properties: Callable[[int], Mapping[str, str]] | None = None,
+) -> Snapshot:
+    """Write ``producer``'s manifests and commit its snapshot on top of ``head_id`` atomically.
+
+    Shared by every producer of this package (row deltas, rewrites): the catalog checks that the
+    branch head is still ``head_id``; the producer's files are removed when the catalog
+    certainly did not take them.
+    """
+    table_name = ".".join(table.name())
+    branch = producer._target_branch
+    transaction = producer._transaction
     try:
-        # Writes both manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
+        # Writes the manifests and the manifest list; returns AddSnapshot + SetSnapshotRef and
         # the AssertRefSnapshotId(head_id) requirement the catalog checks atomically.
         # Manifests go to storage under fresh names on every call: safe to retry.
         updates, requirements = call_with_retries(
@@ -166,7 +217,7 @@ def commit_row_delta(
         raise
     if table_properties is not None:
         props = dict(table_properties(producer.snapshot_id))
-        _check_properties(props)
+        check_properties(props)
         updates = (*updates, SetPropertiesUpdate(updates=props))
 
     try:
@@ -203,7 +254,7 @@ def _operation(data: list[DataFile], deletes: list[DataFile]) -> Operation:
     return Operation.APPEND
 
 
-def _check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> None:
+def check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> None:
     for data_file in data:
         if data_file.content != DataFileContent.DATA:
             raise ValueError(
@@ -242,7 +293,7 @@ def _spec_id(content_file: DataFile, default: int) -> int:
         return default
 
 
-def _check_properties(properties: dict[str, str]) -> None:
+def check_properties(properties: dict[str, str]) -> None:
     for key, value in properties.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError(f"snapshot property {key!r}={value!r}: keys and values must be str")
@@ -298,14 +349,19 @@ class _DeleteManifestWriter(_DataManifestWriter):
         return {**super()._meta, "content": "deletes"}
 
 
-class _RowDeltaProducer(_MergeAppendFiles):
+def manifest_writer_class(content: ManifestContent) -> type[_DataManifestWriter]:
+    """Our v2 manifest writer for manifests of ``content``."""
+    return _DeleteManifestWriter if content == ManifestContent.DELETES else _DataManifestWriter
+
+
+class RowDeltaProducer(_MergeAppendFiles):
     """An append that also writes a DELETES manifest.
 
     Inherited: ``_existing_manifests`` (every parent manifest that still has live files),
-    ``_deleted_entries`` (none), the no-op concurrency validation, and ``_process_manifests``,
-    which merges DATA manifests when the table sets ``commit.manifest-merge.enabled=true``
-    (pyiceberg's default is false; it never merges DELETES manifests). Merged entries keep
-    their data sequence numbers, so equality-delete semantics are unchanged.
+    ``_deleted_entries`` (none), the no-op concurrency validation, and the merge settings of
+    ``_MergeAppendFiles`` (target size). ``_process_manifests`` is ours: it merges DATA and
+    DELETES manifests alike (see the module docstring). Merged entries keep their data and file
+    sequence numbers, so delete semantics are unchanged.
     """
 
     def __init__(
@@ -326,6 +382,9 @@ class _RowDeltaProducer(_MergeAppendFiles):
         )
         self._added_data_files = data
         self._added_delete_files = deletes
+        # Data sequence number of the added data files (None: the new snapshot's). Only a
+        # rewrite sets it, to keep rewritten rows under the deletes that applied to them.
+        self._data_sequence_number: int | None = None
 
     def _manifests(self) -> list[ManifestFile]:
         spec = self._transaction.table_metadata.spec()
@@ -333,22 +392,68 @@ class _RowDeltaProducer(_MergeAppendFiles):
         v2 = self._transaction.table_metadata.format_version == 2
         if self._added_data_files:
             writer = self._new_writer(_DataManifestWriter) if v2 else self.new_manifest_writer(spec)
-            new_manifests.append(self._write_added(writer, self._added_data_files))
-        if self._added_delete_files:  # v2 only, checked by _check_files
+            new_manifests.append(
+                self._write_added(writer, self._added_data_files, self._data_sequence_number)
+            )
+        if self._added_delete_files:  # v2 only, checked by check_files
             writer = self._new_writer(_DeleteManifestWriter)
             new_manifests.append(self._write_added(writer, self._added_delete_files))
         return self._process_manifests(new_manifests + self._existing_manifests())
 
-    def _new_writer(self, writer_class: type[_DataManifestWriter]) -> ManifestWriter:
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        properties = self._transaction.table_metadata.properties
+        if not property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED, True):
+            return manifests
+        most = property_as_int(
+            properties, TableProperties.MANIFEST_MIN_MERGE_COUNT, MANIFESTS_PER_CONTENT_MAX
+        )
+        groups: dict[tuple[ManifestContent, int], list[ManifestFile]] = {}
+        for manifest in manifests:  # new manifests first, as the caller lists them
+            groups.setdefault((manifest.content, manifest.partition_spec_id), []).append(manifest)
+        result: list[ManifestFile] = []
+        for (content, spec_id), group in groups.items():
+            small = [m for m in group if m.manifest_length < self._target_size_bytes]
+            if len(group) <= (most or 0) or len(small) < 2:
+                result.extend(group)
+                continue
+            result.append(self._merge(content, spec_id, small))
+            result.extend(m for m in group if m.manifest_length >= self._target_size_bytes)
+        return result
+
+    def _merge(
+        self, content: ManifestContent, spec_id: int, manifests: list[ManifestFile]
+    ) -> ManifestFile:
+        """One manifest with the live entries of ``manifests`` and this snapshot's removals."""
+        writer = self._new_writer(manifest_writer_class(content), spec_id)
+        with writer:
+            for manifest in manifests:
+                for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=False):
+                    ours = entry.snapshot_id == self._snapshot_id
+                    if entry.status == ManifestEntryStatus.DELETED:
+                        if ours:  # removed by this snapshot: keep the record of it
+                            writer.delete(entry)
+                    elif entry.status == ManifestEntryStatus.ADDED and ours:
+                        # Keeps an explicit data sequence number; null inherits this snapshot's.
+                        writer.add(entry)
+                    else:
+                        writer.existing(entry)  # both sequence numbers as read
+        return writer.to_manifest_file()
+
+    def _new_writer(
+        self, writer_class: type[_DataManifestWriter], spec_id: int | None = None
+    ) -> ManifestWriter:
+        metadata = self._transaction.table_metadata
         return writer_class(
-            spec=self._transaction.table_metadata.spec(),
+            spec=metadata.spec() if spec_id is None else metadata.specs()[spec_id],
             schema=self.schema(),
             output_file=self.new_manifest_output(),  # tracked for cleanup on failure
             snapshot_id=self._snapshot_id,
             avro_compression=self._compression,
         )
 
-    def _write_added(self, writer: ManifestWriter, files: list[DataFile]) -> ManifestFile:
+    def _write_added(
+        self, writer: ManifestWriter, files: list[DataFile], sequence_number: int | None = None
+    ) -> ManifestFile:
         with writer:
             for content_file in files:
                 writer.add_entry(
@@ -356,7 +461,7 @@ class _RowDeltaProducer(_MergeAppendFiles):
                         status=ManifestEntryStatus.ADDED,
                         snapshot_id=self._snapshot_id,
                         # null: inherit the snapshot's sequence number from the manifest list
-                        sequence_number=None,
+                        sequence_number=sequence_number,
                         file_sequence_number=None,
                         data_file=content_file,
                     )

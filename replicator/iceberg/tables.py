@@ -40,7 +40,18 @@ log = logging.getLogger(__name__)
 
 SOURCE_TABLE_PROPERTY = "replicator.source-table"
 
+# Metadata files (metadata.json) kept besides the current one; older ones are deleted on commit.
+METADATA_PREVIOUS_VERSIONS_MAX = 20
+
+# Set on tables the engine creates, and added to existing tables that lack them when loaded (a
+# value the user set is kept): without them every commit's metadata.json stays forever.
+HYGIENE_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": str(METADATA_PREVIOUS_VERSIONS_MAX),
+}
+
 TABLE_PROPERTIES = {
+    **HYGIENE_PROPERTIES,
     "format-version": "2",
     # Row-level changes are written as delete files (merge-on-read), never by rewriting.
     "write.delete.mode": "merge-on-read",
@@ -100,6 +111,15 @@ class TableState:
         return ".".join(self.table.name())
 
 
+def ensure_hygiene_properties(table: Table) -> None:
+    """Add the ``HYGIENE_PROPERTIES`` ``table`` lacks (one properties-only commit, if any)."""
+    missing = {k: v for k, v in HYGIENE_PROPERTIES.items() if k not in table.properties}
+    if missing:
+        with table.transaction() as transaction:
+            transaction.set_properties(missing)
+        log.info("%s: set %s", ".".join(table.name()), ", ".join(f"{k}={v}" for k, v in missing.items()))
+
+
 def _find_field(schema: Schema, name: str) -> NestedField | None:
     try:
         return schema.find_field(name, case_sensitive=True)
@@ -135,6 +155,7 @@ class TableManager:
                 table=source_table,
                 hint=f"map one of them elsewhere with iceberg.table_names: {{{source_table!r}: <name>}}",
             )
+        ensure_hygiene_properties(table)
         keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
         state = TableState(table=table, source_table=source_table, key_columns=keys)
         self._tables[source_table] = state
