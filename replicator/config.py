@@ -218,7 +218,7 @@ class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
     batch: BatchConfig = BatchConfig()
-    maintenance: MaintenanceConfig = MaintenanceConfig()
+    maintenance: MaintenanceConfig = Field(default_factory=lambda: MaintenanceConfig.model_validate({}))
     state_dir: Path = Field(Path(".replicator"), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 

@@ -6,11 +6,11 @@ Rows are read with pyiceberg's Arrow scan (position deletes applied, old files p
 the current schema by field id) and written by the engine's own file writer
 (``spark.file_writer``), so compacted files look like any batch's files.
 
-Runs only on a table with NO equality-delete files (right after a conversion, see
-``replicator.maintenance.conversion``): the rewritten files inherit the new snapshot's
-sequence number, which would put them out of reach of an older equality delete. With none
-left, every later equality delete has a higher sequence number and still applies to the
-compacted rows. A position-delete file is dropped only when every data file it names is
+The new files keep the highest data sequence number of the files they replace, so every
+delete committed after those still applies to the compacted rows. That would wrongly put rows
+of an older file out of reach of an equality delete committed between the old files, so
+compaction runs only on a table with NO equality-delete files (right after a conversion, see
+``replicator.maintenance.conversion``). A position-delete file is dropped only when every data file it names is
 rewritten; one that also names a file that stays is kept (its entries for the rewritten
 files then match nothing).
 """
@@ -35,8 +35,8 @@ from replicator.iceberg.files import (
     equality_delete_arrow_schema,
     position_delete_arrow_schema,
 )
+from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
-from replicator.maintenance.rewrite import commit_rewrite
 from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
 from spark.object_storage import file_io_properties
 
@@ -53,6 +53,7 @@ MAX_INPUT_TARGETS = 4
 class CompactionPlan:
     snapshot_id: int
     data_files: tuple[DataFile, ...]  # rewritten
+    sequence_number: int  # the highest data sequence number among them
     delete_files: tuple[DataFile, ...]  # position deletes that apply to them
     droppable: tuple[DataFile, ...]  # position-delete files naming only rewritten files
 
@@ -69,8 +70,11 @@ class CompactionResult:
 NOTHING = CompactionResult(0, 0, 0, 0, None)
 
 
-def _current_files(table: Table) -> tuple[list[DataFile], list[DataFile], list[DataFile]]:
-    """(data, position-delete, equality-delete) files live in the current snapshot."""
+def _current_files(
+    table: Table, sequence_numbers: dict[str, int] | None = None
+) -> tuple[list[DataFile], list[DataFile], list[DataFile]]:
+    """(data, position-delete, equality-delete) files live in the current snapshot; fills
+    ``sequence_numbers`` (path -> data sequence number) when given."""
     data: list[DataFile] = []
     pos: list[DataFile] = []
     eq: list[DataFile] = []
@@ -80,6 +84,8 @@ def _current_files(table: Table) -> tuple[list[DataFile], list[DataFile], list[D
     for m in head.manifests(table.io):
         for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
             f = entry.data_file
+            if sequence_numbers is not None and entry.sequence_number is not None:
+                sequence_numbers[f.file_path] = entry.sequence_number
             {DataFileContent.DATA: data, DataFileContent.POSITION_DELETES: pos}.get(f.content, eq).append(f)
     return data, pos, eq
 
@@ -96,7 +102,8 @@ def plan_compaction(
 ) -> CompactionPlan | None:
     """What one compaction step would rewrite; None when not due (or not allowed)."""
     head = table.current_snapshot()
-    data, pos, eq = _current_files(table)
+    seqs: dict[str, int] = {}
+    data, pos, eq = _current_files(table, seqs)
     if head is None or eq or not data:
         return None
     targets = {f.file_path: _targets(table, f) for f in pos}
@@ -118,7 +125,10 @@ def plan_compaction(
     names = {f.file_path for f in chosen}
     applying = {d.file_path: d for f in chosen for d in hit.get(f.file_path, [])}
     droppable = [d for d in applying.values() if targets[d.file_path] <= names]
-    return CompactionPlan(head.snapshot_id, tuple(chosen), tuple(applying.values()), tuple(droppable))
+    return CompactionPlan(
+        head.snapshot_id, tuple(chosen), max(seqs.get(f.file_path, 0) for f in chosen),
+        tuple(applying.values()), tuple(droppable),
+    )  # fmt: skip
 
 
 def compact(
@@ -147,7 +157,8 @@ def compact(
     # metadata, rather than risk deleting files a commit references.
     table = commit_rewrite(
         table, expected_snapshot_id=plan.snapshot_id,
-        remove=[*plan.data_files, *plan.droppable], add_data=added, summary=summary,
+        remove=[*plan.data_files, *plan.droppable], add_data=added,
+        data_sequence_number=plan.sequence_number, summary=summary,
     )  # fmt: skip
     crash("compaction-committed")
     head = table.current_snapshot()
