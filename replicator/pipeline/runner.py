@@ -21,6 +21,7 @@ from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, Op, SourcePosition
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, TableManager, open_catalog
+from replicator.maintenance.scheduler import Maintainer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.crashpoints import crash_point
@@ -148,6 +149,42 @@ class Replicator:
         self.on_idle: Callable[[], None] | None = None
         self._idle_streak = 0
         self._idle_hook_done = 0.0
+        # Table maintenance, run between batches on this thread: the engine is the single
+        # writer of its tables, so maintenance never races a batch's commit.
+        self.maintainer = (
+            Maintainer(cfg.maintenance, spark=self._spark, crash=crash_point)
+            if cfg.maintenance.enabled else None
+        )  # fmt: skip
+        self._maintained_at = time.monotonic()  # the first slice comes every_seconds in
+
+    def _spark(self) -> Any:
+        if self.env.spark is not None:
+            return self.env.spark
+        from spark.session import get_spark
+
+        return get_spark()
+
+    def _maintain(self) -> None:
+        """One bounded maintenance slice over the tables this run holds, when due."""
+        m = self.maintainer
+        if m is None or time.monotonic() - self._maintained_at < self.cfg.maintenance.every_seconds:
+            return
+        states = [
+            s for t in sorted(self.checkpoints.positions())
+            if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
+        ]  # fmt: skip
+        try:
+            tables, _ = m.run_slice([s.table for s in states])
+            for state, table in zip(states, tables, strict=True):
+                state.table = table
+        except Exception:
+            # Maintenance must not stop replication: the tables stay correct (each step is
+            # one atomic commit) and the next slice tries again.
+            log.warning("maintenance failed; replication goes on", exc_info=True)
+            for state in states:
+                state.table = state.table.refresh()
+        finally:
+            self._maintained_at = time.monotonic()
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace
@@ -231,6 +268,7 @@ class Replicator:
                     if self._enough(max_batches):
                         return "enough"
                 if batcher.pending == 0:
+                    self._maintain()
                     if until_idle:
                         log.info("source is idle; everything read is committed")
                         return "idle"
@@ -337,3 +375,4 @@ class Replicator:
             self.summary.batches, batch.event_count, len(batch.tables), batch.end_position,
             time.perf_counter() - t0,
         )
+        self._maintain()
