@@ -11,6 +11,7 @@ S3-compatible object storage (spark/object_storage.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -98,9 +99,15 @@ class TableFileWriter:
         paths = pa.array([self.data_path(i) for i in range(max(indexes) + 1)], type=pa.string())
         file_path = paths.take(deletes.column("file_index"))
         table = pa.Table.from_arrays([file_path, deletes.column("pos").cast(pa.int64())], names=["file_path", "pos"])
-        uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-00000.parquet"
+        self.write_position_delete_file(0, table)
+
+    def write_position_delete_file(self, file_index: int, deletes: pa.Table) -> None:
+        """One position-delete file from ``deletes`` = (file_path, pos), already sorted by both."""
+        if deletes.num_rows == 0:
+            return
+        uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-{file_index:05d}.parquet"
         handle = self._open(uri, self.spec.position_schema)
-        self._append(handle, _conform(table, self.spec.position_schema))
+        self._append(handle, _conform(deletes, self.spec.position_schema))
         self._close(handle, CONTENT_POSITION_DELETES)
 
     def _append(self, handle: _Open, rows: pa.Table) -> None:
@@ -130,6 +137,34 @@ class TableFileWriter:
             self._close(self._eq, CONTENT_EQUALITY_DELETES)
             self._eq = None
         return self.written
+
+
+WRITTEN_FILE_DDL = "content int, path string, records long, size long"
+
+
+def write_position_delete_partition(
+    spec: WriterSpec, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: the (file_path, pos) rows of one Spark partition, sorted by both,
+    become one position-delete file named after the partition; yields its ``WrittenFile``
+    (``WRITTEN_FILE_DDL``), or nothing for an empty partition."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    received = [b for b in batches if b.num_rows]
+    if not received:
+        return
+    rows = pa.Table.from_batches(received)
+    writer = TableFileWriter(spec)
+    writer.write_position_delete_file(index, rows)
+    for f in writer.close():
+        yield pa.RecordBatch.from_pylist(
+            [{"content": f.content, "path": f.path, "records": f.records, "size": f.size}],
+            schema=pa.schema(
+                [("content", pa.int32()), ("path", pa.string()), ("records", pa.int64()), ("size", pa.int64())]
+            ),
+        )
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:

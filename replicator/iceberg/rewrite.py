@@ -44,6 +44,7 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.typedef import EMPTY_DICT
 
+from replicator.checkpoint import CHECKPOINT_PROPERTY
 from replicator.iceberg.row_delta import (
     RowDeltaProducer,
     check_expected_head,
@@ -65,6 +66,7 @@ def commit_rewrite(
     add_deletes: Sequence[DataFile] = (),
     data_sequence_number: int | None = None,
     summary: Mapping[str, str] = EMPTY_DICT,
+    table_properties: Mapping[str, str] = EMPTY_DICT,
 ) -> Table:
     """Remove ``remove`` and add ``add_data`` + ``add_deletes`` in one ``replace`` snapshot.
 
@@ -78,6 +80,8 @@ def commit_rewrite(
         add_deletes: new position or equality delete files.
         data_sequence_number: data sequence number of ``add_data`` (None: the new snapshot's).
         summary: extra snapshot summary entries, e.g. ``replicator.maintenance=conversion``.
+        table_properties: table properties to set in the same catalog commit (e.g. a record
+            of the maintenance step); other properties, the checkpoint among them, are kept.
 
     Returns:
         ``table`` itself, refreshed to the new snapshot.
@@ -96,6 +100,8 @@ def commit_rewrite(
         raise ValueError("a file is listed more than once in remove")
     if overlap := removed_paths & {f.file_path for f in [*data, *deletes]}:
         raise ValueError(f"files both removed and added: {sorted(overlap)}")
+    if CHECKPOINT_PROPERTY in table_properties:
+        raise ValueError("a rewrite holds no new source position: it must keep the checkpoint")
     head_id = check_expected_head(table, expected_snapshot_id)
     if head_id is None:
         raise ValueError("cannot rewrite files of a table without snapshots")
@@ -104,7 +110,10 @@ def commit_rewrite(
         table.transaction(), table, data, deletes, properties, removed_paths
     )
     producer._data_sequence_number = data_sequence_number
-    commit_producer(table, producer, head_id=head_id)
+    props = dict(table_properties)
+    commit_producer(
+        table, producer, head_id=head_id, table_properties=(lambda _id: props) if props else None
+    )
     return table
 
 

@@ -1,0 +1,256 @@
+"""Equality deletes -> position deletes, with exactly the same meaning, in ONE snapshot.
+
+An equality-delete file with data sequence number ``e`` deletes every row whose key columns
+(its ``equality_ids``) equal one of its rows, in data files with a data sequence number ``< e``
+(Iceberg spec, "Scan planning"). Conversion finds those rows with Iceberg Java in Spark and
+names them by position:
+
+1. plan (pyiceberg, the head's manifests): the live equality-delete files, oldest first (at most
+   ``max_files``), and the data sequence number of every live data file;
+2. Spark: the head read with Iceberg's ``_file``/``_pos`` metadata columns and ``_deleted``
+   (selecting ``_deleted`` makes Iceberg return deleted rows too, flagged, instead of dropping
+   them: the rows our equality deletes hit are exactly the ones it would drop), joined with each
+   data file's sequence number and with the delete keys, each key carrying the highest sequence
+   number of the converted files that hold it: a row is hit iff ``data_seq < max(eq_seq)``;
+3. the positions, range-partitioned and sorted by (file_path, pos) as the spec requires, are
+   written by Spark tasks with the engine's file writer (``spark.file_writer``);
+4. ``commit_rewrite``: one ``replace`` snapshot removing the converted equality-delete files
+   and adding the position-delete files, based on the planned head (``CommitConflictError`` if
+   another commit came first).
+
+Same meaning: a position delete names one row of one data file, and every named row is one the
+equality delete hit, in a file older than the equality delete; rows written at or after its
+sequence number are never named. The new position deletes get the new snapshot's (higher)
+sequence number, which still reaches those older files. Rows already deleted by other files
+may be named again: deleting a row twice changes nothing.
+
+Equality-delete files are matched to table columns by name (the engine writes them with the
+table's column names and never renames key columns).
+
+Crash points: ``conversion-planned`` (nothing written), ``conversion-files-written`` (position
+deletes written, not committed: orphans for orphan cleanup), ``conversion-committed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial, reduce
+from typing import TYPE_CHECKING
+
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import Table
+
+from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
+from replicator.iceberg.rewrite import commit_rewrite
+from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
+from spark.file_writer import WRITTEN_FILE_DDL, WriterSpec, write_position_delete_partition
+from spark.object_storage import configure_spark, file_io_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["KIND", "ConversionResult", "convert_equality_deletes"]
+
+log = logging.getLogger(__name__)
+
+KIND = "conversion"
+
+# Positions per written position-delete file (about 10-20 bytes each once compressed).
+POSITIONS_PER_FILE = 4_000_000
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    equality_delete_files: int  # removed
+    position_delete_files: int  # added
+    rows: int  # positions written
+    snapshot_id: int | None  # None: nothing to do
+
+
+NOTHING = ConversionResult(0, 0, 0, None)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    snapshot_id: int
+    equality_deletes: list[tuple[DataFile, int]]  # (file, data sequence number), oldest first
+    data_sequence: dict[str, int]  # live data file path -> data sequence number
+
+
+def plan_conversion(table: Table, max_files: int | None = None) -> _Plan | None:
+    """The oldest live equality-delete files of the head (None: there are none)."""
+    head = table.current_snapshot()
+    if head is None:
+        return None
+    equality: list[tuple[DataFile, int]] = []
+    data_sequence: dict[str, int] = {}
+    for manifest in head.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            seq = entry.sequence_number
+            if seq is None:  # pragma: no cover - inherited on read for v2 manifests
+                raise ValueError(f"{entry.data_file.file_path}: no data sequence number")
+            if entry.data_file.content == DataFileContent.EQUALITY_DELETES:
+                equality.append((entry.data_file, seq))
+            elif entry.data_file.content == DataFileContent.DATA:
+                data_sequence[entry.data_file.file_path] = seq
+    if not equality:
+        return None
+    equality.sort(key=lambda fs: (fs[1], fs[0].file_path))
+    if max_files is not None:
+        equality = equality[: max(1, max_files)]
+    return _Plan(head.snapshot_id, equality, data_sequence)
+
+
+def convert_equality_deletes(
+    spark: SparkSession,
+    table: Table,
+    *,
+    max_files: int | None = None,
+    crash: Callable[[str], None] | None = None,
+) -> ConversionResult:
+    """Replace the head's equality-delete files (the oldest ``max_files``) by position deletes.
+
+    ``table`` is advanced to the new snapshot. Raises ``CommitConflictError`` if the table's
+    head moved while converting (the written files are then orphans; nothing else changed).
+    """
+    crash = crash or (lambda _point: None)
+    plan = plan_conversion(table, max_files)
+    if plan is None:
+        return NOTHING
+    started = time.perf_counter()
+    crash("conversion-planned")
+
+    location = table.metadata_location
+    io_properties = file_io_properties(table.io.properties)
+    configure_spark(spark, location, io_properties)
+    spec = WriterSpec(
+        data_location=f"{table.location().rstrip('/')}/data",
+        batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}-conv",
+        data_schema=position_delete_arrow_schema(),  # unused: no data files are written
+        equality_schema=position_delete_arrow_schema(),  # unused
+        position_schema=position_delete_arrow_schema(),
+        io_properties=io_properties,
+    )
+    positions = _positions(spark, table, plan).persist()
+    try:
+        rows = positions.count()
+        written = _write(positions, spec, rows) if rows else []
+    finally:
+        positions.unpersist()
+    added = [position_delete_file_from_parquet(table, path) for path in written]
+    crash("conversion-files-written")
+
+    removed = [f for f, _seq in plan.equality_deletes]
+    summary = {
+        MAINTENANCE_SUMMARY_KEY: KIND,
+        f"{MAINTENANCE_SUMMARY_KEY}.equality-delete-files-removed": str(len(removed)),
+        f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added": str(len(added)),
+        f"{MAINTENANCE_SUMMARY_KEY}.positions": str(rows),
+    }
+    commit_rewrite(
+        table,
+        expected_snapshot_id=plan.snapshot_id,
+        remove=removed,
+        add_deletes=added,
+        summary=summary,
+    )
+    crash("conversion-committed")
+    head = table.current_snapshot()
+    log.info(
+        "%s: converted %d equality-delete file(s) into %d position-delete file(s), %d positions, "
+        "%.2fs",
+        ".".join(table.name()),
+        len(removed),
+        len(added),
+        rows,
+        time.perf_counter() - started,
+    )
+    return ConversionResult(
+        equality_delete_files=len(removed),
+        position_delete_files=len(added),
+        rows=rows,
+        snapshot_id=head.snapshot_id if head is not None else None,
+    )
+
+
+def _positions(spark: SparkSession, table: Table, plan: _Plan) -> DataFrame:
+    """(file_path, pos) of every row the planned equality deletes hit, each once."""
+    from pyspark.sql import functions as F
+
+    scan = (
+        spark.read.format("iceberg")
+        .option("snapshot-id", str(plan.snapshot_id))
+        .load(table.metadata_location)
+    )
+    files = spark.createDataFrame(
+        sorted(plan.data_sequence.items()), "_conv_file string, _conv_data_seq long"
+    )
+    groups: dict[tuple[int, ...], list[tuple[DataFile, int]]] = defaultdict(list)
+    for delete_file, seq in plan.equality_deletes:
+        groups[tuple(delete_file.equality_ids or ())].append((delete_file, seq))
+
+    hits: list[DataFrame] = []
+    schema = table.schema()
+    for equality_ids, deletes in groups.items():
+        keys = [schema.find_column_name(i) for i in equality_ids]
+        if not keys or any(k is None for k in keys):
+            raise ValueError(f"equality ids {equality_ids} are not columns of the table")
+        names = [k for k in keys if k is not None]
+        key_schema = scan.select(*[F.col(_quote(k)) for k in names]).schema
+        # Highest sequence number per key: a row is hit iff some converted file holding its
+        # key is newer than the row's data file.
+        by_seq: dict[int, list[str]] = defaultdict(list)
+        for delete_file, seq in deletes:
+            by_seq[seq].append(delete_file.file_path)
+        parts = [
+            spark.read.schema(key_schema).parquet(*paths).withColumn("_conv_eq_seq", F.lit(seq))
+            for seq, paths in sorted(by_seq.items())
+        ]
+        keyed = reduce(lambda a, b: a.unionByName(b), parts)
+        delete_keys = keyed.groupBy(*[F.col(_quote(k)) for k in names]).agg(
+            F.max("_conv_eq_seq").alias("_conv_eq_seq")
+        )
+        rows = scan.select(*[F.col(_quote(k)) for k in names], "_file", "_pos", "_deleted").join(
+            F.broadcast(files), F.col("_file") == F.col("_conv_file")
+        )
+        r, d = rows.alias("r"), delete_keys.alias("d")
+        condition = reduce(
+            lambda a, b: a & b,
+            [F.col(f"r.{_quote(k)}").eqNullSafe(F.col(f"d.{_quote(k)}")) for k in names],
+        )
+        hit = (
+            r.join(d, condition)
+            .where(F.col("r._conv_data_seq") < F.col("d._conv_eq_seq"))
+            # _deleted is kept in the output: pruned from the scan, Iceberg would drop the very
+            # rows we look for.
+            .select(
+                F.col("r._file").alias("file_path"),
+                F.col("r._pos").alias("pos"),
+                F.col("r._deleted").alias("_conv_deleted"),
+            )
+        )
+        hits.append(hit)
+    union = reduce(lambda a, b: a.unionByName(b), hits)
+    return union.distinct() if len(hits) > 1 else union
+
+
+def _write(positions: DataFrame, spec: WriterSpec, rows: int) -> list[str]:
+    """Write ``positions`` as position-delete files, sorted by (file_path, pos); their paths."""
+    partitions = max(1, math.ceil(rows / POSITIONS_PER_FILE))
+    written = (
+        positions.repartitionByRange(partitions, "file_path", "pos")
+        .sortWithinPartitions("file_path", "pos")
+        .mapInArrow(partial(write_position_delete_partition, spec), WRITTEN_FILE_DDL)
+        .collect()
+    )
+    return sorted(row["path"] for row in written)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
