@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 KINDS = ("conversion", "compaction", "expiry", "orphans")
 # Orphan cleanup lists the whole table location: at most this often per table in the engine.
 ORPHANS_EVERY_SECONDS = 3600.0
+# Equality-delete files one conversion step converts (oldest first): a bounded step.
+CONVERSION_MAX_FILES = 64
 # run_all stops a table after this many steps (each step makes progress; a guard only).
 MAX_STEPS_PER_TABLE = 1000
 
@@ -99,7 +101,9 @@ class Maintainer:
             assert self.spark is not None
             from replicator.maintenance.conversion import convert_equality_deletes
 
-            conv = convert_equality_deletes(self.spark(), table, crash=self.crash)
+            conv = convert_equality_deletes(
+                self.spark(), table, max_files=CONVERSION_MAX_FILES, crash=self.crash
+            )
             if conv.snapshot_id is not None:
                 table = table.refresh()
                 changed = True
