@@ -186,7 +186,8 @@ class MaintenanceConfig(_Strict):
         20, ge=1, description="always keep at least this many newest snapshots of main"
     )
     snapshots_max_age_seconds: float = Field(
-        3600.0, ge=0, description="expire older snapshots beyond snapshots_keep (tagged cuts are kept)"
+        120.0, ge=0, description="expire older snapshots beyond snapshots_keep (tagged cuts are kept: "
+        "they are the long-lived points to read back in time)"
     )
     orphan_min_age_seconds: float = Field(
         86400.0, ge=3600,
@@ -194,10 +195,10 @@ class MaintenanceConfig(_Strict):
         "must never lose its files: keep it far above the longest batch)",
     )
     slice_seconds: float = Field(
-        30.0, gt=0, description="time budget of one maintenance slice between batches"
+        10.0, gt=0, description="time budget of one maintenance slice between batches"
     )
     every_seconds: float = Field(
-        60.0, ge=0, description="look for due maintenance at most this often between batches"
+        10.0, ge=0, description="look for due maintenance at most this often between batches"
     )
 
     @model_validator(mode="after")

@@ -1,10 +1,12 @@
 """When and what maintenance runs: per table, the due steps in the order conversion ->
 compaction -> expiry -> orphans, in bounded slices.
 
-Between batches the engine calls ``run_slice``: at most ONE step per table, tables in
-round-robin order, and no new step once the slice's time budget is spent, so the lag a slice
-adds to the next batch stays bounded (one step can still overrun the budget: conversion and
-compaction take bounded inputs per step). ``run_all`` (``replicator maintain``) runs every
+Between batches the engine calls ``run_slice``: each due step of each table at most once,
+tables taking turns at going first, and no new step once the slice's time budget is spent, so
+the lag a slice adds to the next batch stays bounded (one step can still overrun the budget:
+conversion and compaction take bounded inputs per step). Conversion and compaction run back
+to back, with no batch between them: a batch would bring new equality deletes, and
+compaction needs a table without any. ``run_all`` (``replicator maintain``) runs every
 due step of a table until nothing is due.
 
 Order matters: compaction only runs on a table without equality deletes (so right after a
@@ -65,12 +67,15 @@ class Maintainer:
         """The kinds of step due on ``table``, in the order they must run."""
         h = health or table_health(table)
         out = []
-        if self._conversion_due(h, now_ms):
-            out.append("conversion")
-        if h.equality_delete_files == 0 and (
+        compaction = (
             h.data_files >= self.cfg.compact_min_input_files
             or h.position_delete_files >= self.cfg.compact_min_input_files
-        ):
+        )
+        # Compaction needs a table without equality deletes: when it is due, so is the
+        # conversion before it (else a steady stream of updates would starve compaction).
+        if self._conversion_due(h, now_ms) or (compaction and h.equality_delete_files and self.spark):
+            out.append("conversion")
+        if compaction and (h.equality_delete_files == 0 or out):
             out.append("compaction")
         if snapshots_to_expire(table, keep=self.cfg.snapshots_keep,
                                max_age_seconds=self.cfg.snapshots_max_age_seconds, now_ms=now_ms):
@@ -140,8 +145,9 @@ class Maintainer:
     def run_slice(
         self, tables: Sequence[Table], *, budget_seconds: float | None = None
     ) -> tuple[list[Table], list[StepReport]]:
-        """At most one step that changes something per table, within the time budget.
-        Returns the tables (refreshed where changed, same order) and what was done."""
+        """Each due step of each table at most once, in order, while the time budget lasts
+        (checked before every step; tables take turns at going first). Returns the tables
+        (refreshed where changed, same order) and what was done."""
         budget = self.cfg.slice_seconds if budget_seconds is None else budget_seconds
         start = time.monotonic()
         out = list(tables)
@@ -149,13 +155,17 @@ class Maintainer:
         n = len(out)
         for i in range(n):
             idx = (self._turn + i) % n
-            if time.monotonic() - start >= budget:
-                break
+            converted = False
             for kind in self.due(out[idx]):
+                # A compaction right after a conversion is part of it (no batch may come
+                # between them), whatever the budget says.
+                if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
+                    break
+                if kind == "compaction" and table_health(out[idx]).equality_delete_files:
+                    continue  # the conversion before it did not finish them all
                 out[idx], report = self.step(out[idx], kind)
                 reports.append(report)
-                if report.changed:
-                    break
+                converted = kind == "conversion" and report.changed
         self._turn = (self._turn + 1) % max(n, 1)
         return out, reports
 

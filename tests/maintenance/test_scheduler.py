@@ -20,7 +20,7 @@ from replicator.maintenance.scheduler import Maintainer
 from replicator.maintenance.status import table_health
 from replicator.pipeline.crashpoints import ENV, EXIT_CODE
 from tests.judges import assert_no_duplicate_data_files, duckdb_rows, spark_rows
-from tests.maintenance.support import config, feed, run, table
+from tests.maintenance.support import config, feed, mixed, run, table
 from tests.maintenance.test_compaction import in_batch_churn, pyiceberg_rows
 from tests.pipeline.dbz import ChangeLog
 
@@ -69,15 +69,31 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     # No budget: no step at all.
     _, reports = m.run_slice([t], budget_seconds=0)
     assert reports == []
-    # One slice: one step that changes the table (compaction first), nothing after it.
+    # One slice: each due step once, in order.
     tables, reports = m.run_slice([t])
-    assert [r.kind for r in reports if r.changed] == ["compaction"]
-    # Then expiry, then orphans (nothing old enough to remove), then nothing is due.
-    tables, reports = m.run_slice(tables)
-    assert [r.kind for r in reports if r.changed] == ["expiry"]
-    tables, reports = m.run_slice(tables)
-    assert [r.kind for r in reports] == ["orphans"] and not reports[0].changed
+    assert [r.kind for r in reports] == ["compaction", "expiry", "orphans"]
+    assert [r.changed for r in reports] == [True, True, False]  # nothing old enough to remove
     assert m.due(tables[0]) == []
+
+
+def test_conversion_runs_right_before_a_due_compaction(tmp_path: Path, spark: Any) -> None:
+    log = ChangeLog()
+    mixed(log, random.Random(6), 80)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, exactly_once=False)
+    run(cfg)
+    t = table(cfg)
+    # Too few equality deletes for conversion's own trigger, but compaction is due: both run,
+    # back to back, in one slice.
+    settings = {**EAGER, "convert_min_equality_delete_files": 10_000}
+    m = Maintainer(MaintenanceConfig.model_validate(settings), spark=lambda: spark)
+    assert m.due(t)[:2] == ["conversion", "compaction"]
+    [t], reports = m.run_slice([t])
+    assert [r.kind for r in reports if r.changed][:2] == ["conversion", "compaction"]
+    h = table_health(t)
+    assert h.equality_delete_files == 0 and h.data_files == 1
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+    assert pyiceberg_rows(t) == log.expected_rows()
 
 
 # --- crash points ----------------------------------------------------------------------------
