@@ -7,9 +7,9 @@ names them by position:
 
 1. plan (pyiceberg, the head's manifests): the live equality-delete files, oldest first (at most
    ``max_files``), and the data sequence number of every live data file;
-2. Spark: the head read with Iceberg's ``_file``/``_pos`` metadata columns and ``_deleted``
-   (selecting ``_deleted`` makes Iceberg return deleted rows too, flagged, instead of dropping
-   them: the rows our equality deletes hit are exactly the ones it would drop), joined with each
+2. Spark: the rows the head deletes, read with Iceberg's ``_file``/``_pos`` metadata columns
+   where ``_deleted`` (selecting ``_deleted`` makes Iceberg return deleted rows too, flagged,
+   instead of dropping them; rows our equality deletes hit are among them), joined with each
    data file's sequence number and with the delete keys, each key carrying the highest sequence
    number of the converted files that hold it: a row is hit iff ``data_seq < max(eq_seq)``;
 3. the positions, range-partitioned and sorted by (file_path, pos) as the spec requires, are
@@ -137,13 +137,13 @@ def convert_equality_deletes(
         position_schema=position_delete_arrow_schema(),
         io_properties=io_properties,
     )
-    positions = _positions(spark, table, plan).persist()
-    try:
-        rows = positions.count()
-        written = _write(positions, spec, rows) if rows else []
-    finally:
-        positions.unpersist()
-    added = [position_delete_file_from_parquet(table, path) for path in written]
+    # The equality deletes' own row counts bound the positions (a key hits about one row):
+    # enough to size the output without a counting pass over the table.
+    expected = sum(f.record_count for f, _seq in plan.equality_deletes)
+    written = _write(_positions(spark, table, plan), spec, expected)
+    rows = sum(records for _path, records in written)
+    positions_seconds = time.perf_counter() - started
+    added = [position_delete_file_from_parquet(table, path) for path, _records in written]
     crash("conversion-files-written")
 
     removed = [f for f, _seq in plan.equality_deletes]
@@ -164,12 +164,13 @@ def convert_equality_deletes(
     head = table.current_snapshot()
     log.info(
         "%s: converted %d equality-delete file(s) into %d position-delete file(s), %d positions, "
-        "%.2fs",
+        "%.2fs (%.2fs finding and writing them)",
         ".".join(table.name()),
         len(removed),
         len(added),
         rows,
         time.perf_counter() - started,
+        positions_seconds,
     )
     return ConversionResult(
         equality_delete_files=len(removed),
@@ -216,8 +217,13 @@ def _positions(spark: SparkSession, table: Table, plan: _Plan) -> DataFrame:
         delete_keys = keyed.groupBy(*[F.col(_quote(k)) for k in names]).agg(
             F.max("_conv_eq_seq").alias("_conv_eq_seq")
         )
-        rows = scan.select(*[F.col(_quote(k)) for k in names], "_file", "_pos", "_deleted").join(
-            F.broadcast(files), F.col("_file") == F.col("_conv_file")
+        # Only rows the head deletes can be hit by its equality deletes. Filtering on _deleted
+        # also keeps it in the scan: selected, it makes Iceberg return deleted rows (flagged)
+        # instead of dropping them, and those are the rows we look for.
+        rows = (
+            scan.where(F.col("_deleted"))
+            .select(*[F.col(_quote(k)) for k in names], "_file", "_pos")
+            .join(F.broadcast(files), F.col("_file") == F.col("_conv_file"))
         )
         r, d = rows.alias("r"), delete_keys.alias("d")
         condition = reduce(
@@ -227,29 +233,27 @@ def _positions(spark: SparkSession, table: Table, plan: _Plan) -> DataFrame:
         hit = (
             r.join(d, condition)
             .where(F.col("r._conv_data_seq") < F.col("d._conv_eq_seq"))
-            # _deleted is kept in the output: pruned from the scan, Iceberg would drop the very
-            # rows we look for.
-            .select(
-                F.col("r._file").alias("file_path"),
-                F.col("r._pos").alias("pos"),
-                F.col("r._deleted").alias("_conv_deleted"),
-            )
+            .select(F.col("r._file").alias("file_path"), F.col("r._pos").alias("pos"))
         )
         hits.append(hit)
     union = reduce(lambda a, b: a.unionByName(b), hits)
     return union.distinct() if len(hits) > 1 else union
 
 
-def _write(positions: DataFrame, spec: WriterSpec, rows: int) -> list[str]:
-    """Write ``positions`` as position-delete files, sorted by (file_path, pos); their paths."""
-    partitions = max(1, math.ceil(rows / POSITIONS_PER_FILE))
+def _write(positions: DataFrame, spec: WriterSpec, expected: int) -> list[tuple[str, int]]:
+    """Write ``positions`` as position-delete files sorted by (file_path, pos), in one Spark
+    job when one file is expected; (path, positions) of each file written."""
+    partitions = max(1, math.ceil(expected / POSITIONS_PER_FILE))
+    if partitions == 1:
+        spread = positions.repartition(1)
+    else:  # samples the positions first (one more pass), for files of similar size
+        spread = positions.repartitionByRange(partitions, "file_path", "pos")
     written = (
-        positions.repartitionByRange(partitions, "file_path", "pos")
-        .sortWithinPartitions("file_path", "pos")
+        spread.sortWithinPartitions("file_path", "pos")
         .mapInArrow(partial(write_position_delete_partition, spec), WRITTEN_FILE_DDL)
         .collect()
     )
-    return sorted(row["path"] for row in written)
+    return sorted((row["path"], row["records"]) for row in written)
 
 
 def _quote(name: str) -> str:
