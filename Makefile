@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql demo-s3 bench clean
+.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
 
 install: $(STAMP) jars
 
@@ -51,6 +51,11 @@ demo-s3: install system-deps
 bench: install system-deps
 	$(BIN)/python -m benchmarks.run
 	$(BIN)/python -m benchmarks.cluster
+
+# Steady mixed Postgres changes for SOAK_MINUTES (default 30) at ~1,000 events/s, default settings.
+SOAK_MINUTES ?= 30
+bench-soak: install system-deps
+	$(BIN)/python -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf .demo .demo-debezium .demo-mysql .demo-s3 .cache .pytest_cache .mypy_cache .ruff_cache

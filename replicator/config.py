@@ -244,6 +244,57 @@ class MetricsConfig(_Strict):
         return v
 
 
+class MaintenanceConfig(_Strict):
+    """Table maintenance the engine runs between batches (and ``replicator maintain`` runs
+    once): equality deletes -> position deletes, compaction, snapshot expiry, orphan files."""
+
+    enabled: bool = Field(True, description="run maintenance between batches")
+    # Conversion is due when EITHER trigger fires (0 disables that trigger).
+    convert_min_equality_delete_files: int = Field(
+        8, ge=0, description="convert once a table has this many equality-delete files (0: never by count)"
+    )
+    convert_max_age_seconds: float = Field(
+        600.0, ge=0, description="convert once the oldest equality delete is this old (0: never by age)"
+    )
+    compact_target_file_bytes: int = Field(
+        128 * 1024 * 1024, gt=0, description="size compaction aims for per data file"
+    )
+    compact_min_input_files: int = Field(
+        8, ge=2, description="compact once this many small data files (or files with deletes) exist"
+    )
+    snapshots_keep: int = Field(
+        20, ge=1, description="always keep at least this many newest snapshots of main"
+    )
+    snapshots_max_age_seconds: float = Field(
+        120.0, ge=0, description="expire older snapshots beyond snapshots_keep (tagged cuts are kept: "
+        "they are the long-lived points to read back in time)"
+    )
+    orphan_min_age_seconds: float = Field(
+        86400.0, ge=3600,
+        description="remove unreferenced files only when older than this (a commit in flight "
+        "must never lose its files: keep it far above the longest batch)",
+    )
+    slice_seconds: float = Field(
+        10.0, gt=0, description="time budget of one maintenance slice between batches"
+    )
+    every_seconds: float = Field(
+        10.0, ge=0, description="look for due maintenance at most this often between batches"
+    )
+
+    @model_validator(mode="after")
+    def _some_trigger(self) -> MaintenanceConfig:
+        if (
+            self.enabled
+            and self.convert_min_equality_delete_files == 0
+            and self.convert_max_age_seconds == 0
+        ):
+            raise ValueError(
+                "maintenance: convert_min_equality_delete_files and convert_max_age_seconds are "
+                "both 0, so equality deletes would never be converted (set one of them)"
+            )
+        return self
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
@@ -251,6 +302,7 @@ class RunConfig(_Strict):
     spark: SparkConfig = SparkConfig()
     errors: ErrorsConfig = ErrorsConfig()
     metrics: MetricsConfig = MetricsConfig()
+    maintenance: MaintenanceConfig = Field(default_factory=lambda: MaintenanceConfig.model_validate({}))
     state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
 

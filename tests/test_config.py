@@ -178,3 +178,40 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 """))
     assert cfg.state_dir == (conf / ".replicator").resolve()
     assert cfg.dead_letter_path == (conf / ".replicator" / "dead_letters.jsonl").resolve()
+
+
+def test_maintenance_defaults_on(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+    m = cfg.maintenance
+    assert m.enabled and m.snapshots_keep >= 1 and m.orphan_min_age_seconds >= 3600
+    assert m.convert_min_equality_delete_files > 0 and m.compact_min_input_files >= 2
+
+
+def test_maintenance_section(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+maintenance: {enabled: false, snapshots_keep: 3, compact_target_file_bytes: 1000000}
+"""))
+    assert not cfg.maintenance.enabled
+    assert cfg.maintenance.snapshots_keep == 3
+    assert cfg.maintenance.compact_target_file_bytes == 1_000_000
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("{snapshot_keep: 3}", "maintenance.snapshot_keep"),
+    ("{orphan_min_age_seconds: 60}", "maintenance.orphan_min_age_seconds"),
+    ("{compact_min_input_files: 1}", "maintenance.compact_min_input_files"),
+    ("{convert_min_equality_delete_files: 0, convert_max_age_seconds: 0}", "never be converted"),
+])
+def test_maintenance_errors_are_named(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, f"""
+source: {{type: debezium-json, path: in}}
+iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
+maintenance: {body}
+"""))
+    assert message in str(exc.value)

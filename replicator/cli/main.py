@@ -30,6 +30,7 @@ examples:
   replicator status --config replicator.yaml --rows      what each Iceberg table holds
   replicator diff --config replicator.yaml [--json]      compare source and Iceberg tables
   replicator cuts --config replicator.yaml [--json]      consistent cuts: all tables at one position
+  replicator maintain --config replicator.yaml [--table T]  run all due table maintenance once
 
 config (YAML):
   source:   {type: debezium-json | postgres | mysql, path: ..., dsn: ..., tables: [...],
@@ -90,6 +91,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="compare the tables as consistent cut NAME tagged them (possible while "
                          "the cut is the source's latest state)")
 
+    mt = sub.add_parser(
+        "maintain",
+        help="run every due maintenance step once (conversion, compaction, expiry, orphans)",
+        description="Run the table maintenance the engine runs between batches, everything "
+        "that is due, once (settings: the config's maintenance section). Takes the engine's "
+        "state lock: stop the engine first, or run this where its state directory is.",
+    )
+    mt.add_argument("--config", type=Path, required=True, help="YAML config file")
+    mt.add_argument("--table", action="append", metavar="T",
+                    help="only this table (Iceberg or source name); repeatable")
+
     cu = sub.add_parser(
         "cuts",
         help="list consistent cuts (every table tagged at one source position)",
@@ -115,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             return _diff(cfg, args)
         if args.command == "cuts":
             return _cuts(cfg, as_json=args.json)
+        if args.command == "maintain":
+            from replicator.cli.maintain import run_maintain
+
+            return run_maintain(cfg, args.table)
     except ConfigError as exc:
         print(f"replicator: {scrub(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
@@ -210,13 +226,19 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
         from spark.session import get_spark
 
         spark = get_spark()
-    reports = [table_report(catalog.load_table(i), spark) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
+    from replicator.maintenance.status import format_health, table_health
+
+    tables = [catalog.load_table(i) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
+    reports = [table_report(t, spark) for t in tables]
     print(format_reports(reports) if reports else f"no tables in namespace {cfg.iceberg.namespace}")
     from replicator.cli.source_status import committed_checkpoints, format_retained
 
     retained = format_retained(cfg, committed_checkpoints(catalog, cfg.iceberg.namespace))
     if retained:
         print(retained)
+    if tables:
+        print("\nmaintenance:")
+        print(format_health([table_health(t) for t in tables]))
     return EXIT_OK
 
 

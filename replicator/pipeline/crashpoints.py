@@ -9,6 +9,15 @@ point costs one dict lookup. Points:
 * ``schema-evolved``  the Iceberg schema change is committed, the batch's data is not
 * ``snapshot-batch``  a batch of initial-snapshot rows is committed and acknowledged, the
                       snapshot is not finished
+
+Maintenance steps (``replicator.maintenance``, between batches) get this function injected:
+
+* ``compaction-files-written``  compacted files are on disk, the rewrite is not committed
+* ``compaction-committed``      the rewrite is committed
+* ``expiry-before-commit``      snapshots to expire are chosen, nothing is committed
+* ``expiry-committed``          snapshots are expired, their files not yet deleted
+* ``orphans-deleting``          one orphan file is deleted, others may remain
+* conversion's points: see ``replicator.maintenance.conversion``
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from replicator.iceberg.tables import (
     iceberg_table_name,
     open_catalog,
 )
+from replicator.maintenance.scheduler import Maintainer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
@@ -172,6 +173,45 @@ class Replicator:
         self._idle_streak = 0
         self._idle_hook_done = 0.0
         self._file_counts: dict[str, tuple[int, int, int]] = {}  # live files per table, last read
+        # Table maintenance, run between batches on this thread: the engine is the single
+        # writer of its tables, so maintenance never races a batch's commit.
+        self.maintainer = (
+            Maintainer(cfg.maintenance, spark=self._spark, crash=crash_point)
+            if cfg.maintenance.enabled else None
+        )  # fmt: skip
+        self._maintained_at = time.monotonic()  # the first slice comes every_seconds in
+
+    def _spark(self) -> Any:
+        if self.env.spark is not None:
+            return self.env.spark
+        from spark.session import get_spark
+
+        return get_spark()
+
+    def _maintain(self) -> None:
+        """One bounded maintenance slice over the tables this run holds, when due."""
+        m = self.maintainer
+        if m is None or time.monotonic() - self._maintained_at < self.cfg.maintenance.every_seconds:
+            return
+        states = [
+            s for t in sorted(self.checkpoints.positions())
+            if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
+        ]  # fmt: skip
+        try:
+            tables, reports = m.run_slice([s.table for s in states])
+            for state, table in zip(states, tables, strict=True):
+                state.table = table
+            source_of = {s.identifier: s.source_table for s in states}
+            for r in reports:
+                self.observer.maintenance_run(source_of.get(r.table, r.table), r.kind)
+        except Exception:
+            # Maintenance must not stop replication: the tables stay correct (each step is
+            # one atomic commit) and the next slice tries again.
+            log.warning("maintenance failed; replication goes on", exc_info=True)
+            for state in states:
+                state.table = state.table.refresh()
+        finally:
+            self._maintained_at = time.monotonic()
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace
@@ -273,6 +313,7 @@ class Replicator:
                         return "enough"
                 self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
                 if batcher.pending == 0:
+                    self._maintain()
                     if until_idle:
                         log.info("source is idle; everything read is committed")
                         return "idle"
@@ -387,6 +428,7 @@ class Replicator:
             self.summary.batches, batch.event_count, len(batch.tables), batch.end_position,
             time.perf_counter() - t0,
         )
+        self._maintain()
 
     def _observe(
         self, batch: ChangeBatch, live: dict[str, tuple[Any, ...]], committed: dict[str, Any], seconds: float

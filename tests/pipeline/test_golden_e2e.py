@@ -33,6 +33,7 @@ def make_config(tmp_path: Path, max_events: int) -> RunConfig:
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"},
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
+        "maintenance": {"enabled": False},  # these tests count the batches' snapshots
     }
     p = tmp_path / "replicator.yaml"
     p.write_text(yaml.safe_dump(cfg))

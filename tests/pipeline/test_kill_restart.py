@@ -50,6 +50,7 @@ def setup(root: Path, log: ChangeLog) -> Path:
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"},
         "batch": {"max_events": 120, "max_seconds": 3600},
         "state_dir": "state",
+        "maintenance": {"enabled": False},  # compares snapshot histories run to run
     }
     (root / "c.yaml").write_text(yaml.safe_dump(cfg))
     return root / "c.yaml"

@@ -1,0 +1,324 @@
+"""Soak benchmark: steady mixed Postgres changes at a fixed rate for a long time, with the
+engine's default settings (maintenance on), to show the tables stay healthy.
+
+    .venv/bin/python -m benchmarks.soak [--minutes 30] [--rate 1000] [--out DIR]
+
+A private Postgres gets 2 tables (mixed workload: inserts, updates, deletes, transactions of
+1-500 rows) from a writer process at ``--rate`` events/s (benchmarks/lagwriter.py); the
+engine (``replicator run``, default config, its own Spark) replicates them. Every
+``--sample-seconds`` the parent records, per table: snapshots, manifests of the head,
+metadata.json size, data/delete files. Batch wall times come from the engine's log lines.
+At the end (engine caught up, then stopped): ``replicator diff`` (must say equal), Spark
+``count(*)`` and a point lookup on the replicated tables vs a compacted copy of the same rows.
+
+Writes ``soak.json``, ``SOAK.md`` and ``soak.png`` (needs matplotlib) into ``--out``.
+The verdict follows issue 9: batch wall time in the last window <= 1.2x the first window
+(window: 5 minutes, or a third of a shorter run); manifests per snapshot and metadata.json
+size flat after warm-up; count(*) and point lookup <= 1.2x the compacted copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+KEYSPACE = 20_000
+SEED = 7
+BATCH_LINE = re.compile(r"batch (\d+): (\d+) events, .*, ([0-9.]+)s$")
+
+
+def _engine_config(root: Path, dsn: str) -> Path:
+    cfg = {
+        "source": {"type": "postgres", "dsn": dsn},
+        "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"},
+        "state_dir": "state",
+    }
+    path = root / "replicator.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class EngineLog(threading.Thread):
+    """Reads the engine's stderr: (seconds since start, events, batch wall seconds)."""
+
+    def __init__(self, proc: subprocess.Popen[str], t0: float, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.proc, self.t0, self.path = proc, t0, path
+        self.batches: list[tuple[float, int, float]] = []
+
+    def run(self) -> None:
+        assert self.proc.stderr is not None
+        with self.path.open("w") as out:
+            for line in self.proc.stderr:
+                out.write(line)
+                out.flush()
+                m = BATCH_LINE.search(line.rstrip())
+                if m:
+                    self.batches.append((time.time() - self.t0, int(m.group(2)), float(m.group(3))))
+
+
+def _sample(cfg_path: Path, t0: float) -> list[dict[str, Any]]:
+    from replicator.config import load_config
+    from replicator.iceberg.cuts import replicated_tables
+    from replicator.iceberg.tables import open_catalog
+    from replicator.maintenance.status import table_health
+
+    cfg = load_config(cfg_path)
+    out = []
+    for t in replicated_tables(open_catalog(cfg.iceberg), cfg.iceberg.namespace):
+        h = table_health(t)
+        meta = t.metadata_location.removeprefix("file://")
+        out.append({
+            "t": time.time() - t0, "table": h.identifier, "snapshots": h.snapshots,
+            "manifests": h.manifests, "metadata_bytes": os.path.getsize(meta),
+            "data_files": h.data_files, "avg_data_file_bytes": h.average_data_file_bytes,
+            "position_delete_files": h.position_delete_files,
+            "equality_delete_files": h.equality_delete_files,
+        })  # fmt: skip
+    return out
+
+
+def _read_costs(cfg_path: Path, root: Path) -> list[dict[str, Any]]:
+    from benchmarks.readcost import measure
+    from replicator.config import load_config
+    from replicator.iceberg.cuts import replicated_tables
+    from replicator.iceberg.tables import open_catalog
+    from spark.session import configure_iceberg_catalog, get_spark
+
+    spark = get_spark("soak-reader")
+    cfg = load_config(cfg_path)
+    configure_iceberg_catalog(spark, "soakcopy", {"type": "hadoop", "warehouse": (root / "copy").as_uri()})
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS soakcopy.db")
+    out = []
+    for t in replicated_tables(open_catalog(cfg.iceberg), cfg.iceberg.namespace):
+        loc = t.metadata_location
+        name = t.name()[-1]
+
+        def replicated(loc: str = loc) -> Any:
+            return spark.read.format("iceberg").load(loc)
+
+        key_row = replicated().selectExpr("max(id)").first()
+        key = int(key_row[0]) if key_row and key_row[0] is not None else 1
+        rep = measure(spark, "replicated", replicated, key)
+        replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
+            "format-version", "2").createOrReplace()
+        comp = measure(spark, "compacted copy", lambda name=name: spark.table(f"soakcopy.db.{name}"), key)
+        out.append({"table": ".".join(t.name()), "rows": rep.rows,
+                    "count_seconds": rep.count_best, "lookup_seconds": rep.lookup_best,
+                    "copy_count_seconds": comp.count_best, "copy_lookup_seconds": comp.lookup_best})
+    return out
+
+
+def _window(values: list[tuple[float, float]], start: float, end: float) -> float | None:
+    xs = [v for t, v in values if start <= t < end]
+    return statistics.mean(xs) if xs else None
+
+
+def _verdict(res: dict[str, Any]) -> dict[str, Any]:
+    secs = res["seconds"]
+    win = min(300.0, secs / 3)
+    batches = [(t, w) for t, _, w in res["batches"]]
+    first = _window(batches, 0, win)
+    last = _window(batches, secs - win, secs + 1)
+    per_table: dict[str, list[dict[str, Any]]] = {}
+    for s in res["samples"]:
+        per_table.setdefault(s["table"], []).append(s)
+    flat = {}
+    for table, ss in per_table.items():
+        warm = [s for s in ss if s["t"] >= win]  # after warm-up
+        if len(warm) >= 2:
+            mid = warm[len(warm) // 2:]
+            flat[table] = {
+                "manifests_max_after_warmup": max(s["manifests"] for s in warm),
+                "manifests_last": warm[-1]["manifests"],
+                "metadata_bytes_after_warmup": warm[0]["metadata_bytes"],
+                "metadata_bytes_max_second_half": max(s["metadata_bytes"] for s in mid),
+                "metadata_bytes_last": warm[-1]["metadata_bytes"],
+            }
+    reads = {r["table"]: {"count_ratio": r["count_seconds"] / max(r["copy_count_seconds"], 1e-9),
+                          "lookup_ratio": r["lookup_seconds"] / max(r["copy_lookup_seconds"], 1e-9)}
+             for r in res.get("reads", [])}  # fmt: skip
+    return {"window_seconds": win, "batch_seconds_first": first, "batch_seconds_last": last,
+            "batch_ratio": (last / first) if first and last else None, "flat": flat, "reads": reads}
+
+
+def _chart(res: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    minutes = [(t / 60, w) for t, _, w in res["batches"]]
+    axes[0].plot([m for m, _ in minutes], [w for _, w in minutes], ".", ms=3, alpha=0.5, label="batch")
+    per_min: dict[int, list[float]] = {}
+    for m, w in minutes:
+        per_min.setdefault(int(m), []).append(w)
+    xs = sorted(per_min)
+    axes[0].plot([x + 0.5 for x in xs], [statistics.mean(per_min[x]) for x in xs], "-o", label="mean per minute")
+    axes[0].set_ylabel("batch wall time (s)")
+    axes[0].legend()
+    tables = sorted({s["table"] for s in res["samples"]})
+    for table in tables:
+        ss = [s for s in res["samples"] if s["table"] == table]
+        axes[1].plot([s["t"] / 60 for s in ss], [s["manifests"] for s in ss], "-", label=table)
+        axes[2].plot([s["t"] / 60 for s in ss], [s["metadata_bytes"] / 1024 for s in ss], "-", label=table)
+    axes[1].set_ylabel("manifests in head snapshot")
+    axes[2].set_ylabel("metadata.json (KiB)")
+    axes[2].set_xlabel("minutes")
+    for ax in axes[1:]:
+        ax.legend()
+    fig.suptitle(f"soak: {res['rate']:.0f} events/s for {res['seconds'] / 60:.1f} min (Postgres, defaults)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def _report(res: dict[str, Any], out: Path) -> str:
+    v = res["verdict"]
+    lines = [
+        "# Soak benchmark", "",
+        f"Command: `{res['command']}`", "",
+        f"{res['events']:,} events offered at {res['rate']:.0f}/s for {res['seconds'] / 60:.1f} min "
+        f"({res['writer'].get('late_transactions', '?')} late transactions); "
+        f"{len(res['batches'])} batches; diff exit code {res['diff_exit']}; "
+        f"load average at the end {res['load']}.", "",
+        f"Batch wall time: first {v['window_seconds'] / 60:.1f} min mean "
+        f"{(v['batch_seconds_first'] or 0):.2f}s, last {(v['batch_seconds_last'] or 0):.2f}s, "
+        f"ratio {(v['batch_ratio'] or 0):.2f} (target <= 1.2).", "",
+        "| table | manifests max after warm-up | manifests at end | metadata.json after warm-up | "
+        "max in second half | at end |", "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for t, f in v["flat"].items():
+        lines.append(f"| {t} | {f['manifests_max_after_warmup']} | {f['manifests_last']} | "
+                     f"{f['metadata_bytes_after_warmup']:,} | {f['metadata_bytes_max_second_half']:,} | "
+                     f"{f['metadata_bytes_last']:,} |")
+    lines += ["", "| table | rows | count(*) s | copy count(*) s | ratio | lookup s | copy lookup s | ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res.get("reads", []):
+        rr = v["reads"][r["table"]]
+        lines.append(f"| {r['table']} | {r['rows']:,} | {r['count_seconds']:.3f} | {r['copy_count_seconds']:.3f} | "
+                     f"{rr['count_ratio']:.2f} | {r['lookup_seconds']:.3f} | {r['copy_lookup_seconds']:.3f} | "
+                     f"{rr['lookup_ratio']:.2f} |")
+    lines += ["", "Health at the end (per table):", ""]
+    for s in res["final"]:
+        lines.append(f"- {s['table']}: {s['snapshots']} snapshots, {s['manifests']} manifests, "
+                     f"{s['data_files']} data files (avg {s['avg_data_file_bytes']:,} B), "
+                     f"{s['position_delete_files']} position / {s['equality_delete_files']} equality delete files")
+    if (out / "soak.png").exists():
+        lines += ["", "![soak](soak.png)"]
+    text = "\n".join(lines) + "\n"
+    (out / "SOAK.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--rate", type=float, default=1000.0, help="offered events/s")
+    p.add_argument("--sample-seconds", type=float, default=15.0)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
+    p.add_argument("--keep", action="store_true", help="keep the temp directory")
+    args = p.parse_args(argv)
+
+    from benchmarks import lagwriter
+    from benchmarks import workloads as W
+    from benchmarks.procs import load_average
+    from sample_dbs.postgres.server import PrivatePostgres
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    seconds = args.minutes * 60
+    events = int(args.rate * seconds)
+    root = Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
+    root.chmod(0o755)  # the Postgres server runs as user postgres
+    print(f"soak: {events:,} events at {args.rate:.0f}/s for {args.minutes} min in {root}", flush=True)
+    # The engine runs in the temp dir: it must import this checkout, not an installed copy.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res: dict[str, Any] = {"rate": args.rate, "events": events,
+                           "command": "python -m benchmarks.soak " + " ".join(argv or sys.argv[1:])}
+    with PrivatePostgres(root / "pg", dbname="soak", settings={"wal_sender_timeout": "0"}) as pg:
+        import psycopg
+
+        w = lagwriter.lag_workload(events, SEED, KEYSPACE)
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            W.PgApplier(conn, w).create()
+        cfg = _engine_config(root, pg.dsn)
+        t0 = time.time()
+        engine = subprocess.Popen(
+            [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root, env=env,
+        )
+        reader = EngineLog(engine, t0, args.out / "engine.log")
+        reader.start()
+        # The engine takes its initial snapshot first; the writer starts once it is streaming.
+        while not reader.batches and engine.poll() is None and time.time() - t0 < 300:
+            time.sleep(1)
+        t0 = reader.t0 = time.time()
+        reader.batches.clear()
+        writer_out = root / "writer.json"
+        ctx = multiprocessing.get_context("spawn")
+        writer = ctx.Process(target=lagwriter.write, args=("postgres", pg.dsn, events, SEED, KEYSPACE,
+                                                           args.rate, str(writer_out)))
+        writer.start()
+        samples: list[dict[str, Any]] = []
+        next_sample = t0
+        while writer.is_alive():
+            if engine.poll() is not None:
+                writer.terminate()
+                raise SystemExit(f"the engine died (exit {engine.returncode}); see {args.out / 'engine.log'}")
+            if time.time() >= next_sample:
+                samples += _sample(cfg, t0)
+                next_sample += args.sample_seconds
+                last = samples[-1]
+                print(f"  {last['t'] / 60:5.1f} min: {len(reader.batches)} batches, "
+                      f"{last['manifests']} manifests, {last['metadata_bytes']:,} B metadata "
+                      f"({last['table']})", flush=True)
+            time.sleep(1)
+        writer.join()
+        res["seconds"] = time.time() - t0
+        res["writer"] = json.loads(writer_out.read_text()) if writer_out.exists() else {}
+        res["writer"].pop("commits", None)
+        # Caught up: diff waits for the engine to reach the source's position.
+        diff = subprocess.run([sys.executable, "-m", "replicator.cli.main", "diff", "--config", str(cfg),
+                               "--wait", "600"], capture_output=True, text=True, cwd=root, env=env)
+        res["diff_exit"] = diff.returncode
+        (args.out / "diff.txt").write_text(diff.stdout + diff.stderr)
+        engine.send_signal(signal.SIGINT)
+        try:
+            engine.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+        reader.join(timeout=10)
+        res["batches"] = reader.batches
+        res["samples"] = samples
+        res["final"] = _sample(cfg, t0)
+        res["reads"] = _read_costs(cfg, root)
+        res["load"] = load_average()
+    res["verdict"] = _verdict(res)
+    (args.out / "soak.json").write_text(json.dumps(res, indent=1, default=str))
+    _chart(res, args.out / "soak.png")
+    print(_report(res, args.out))
+    if not args.keep:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

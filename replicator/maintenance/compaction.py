@@ -1,0 +1,212 @@
+"""Compaction: bin-pack small data files, with the position deletes that apply to them, into
+files near the target size, committed as ONE snapshot that removes the old data files and
+the position-delete files that no longer apply.
+
+Rows are read with pyiceberg's Arrow scan (position deletes applied, old files projected to
+the current schema by field id) and written by the engine's own file writer
+(``spark.file_writer``), so compacted files look like any batch's files.
+
+The new files keep the highest data sequence number of the files they replace, so every
+delete committed after those still applies to the compacted rows. That would wrongly put rows
+of an older file out of reach of an equality delete committed between the old files, so
+compaction runs only on a table with NO equality-delete files (right after a conversion, see
+``replicator.maintenance.conversion``). A position-delete file is dropped only when every data file it names is
+rewritten; one that also names a file that stays is kept (its entries for the rewritten
+files then match nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import FileScanTask, Table
+
+from replicator.iceberg.files import (
+    data_file_from_parquet,
+    equality_delete_arrow_schema,
+    position_delete_arrow_schema,
+)
+from replicator.iceberg.rewrite import commit_rewrite
+from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
+from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
+from spark.object_storage import file_io_properties
+
+log = logging.getLogger(__name__)
+
+KIND = "compaction"
+# A data file at least this share of the target is "big enough" (unless deletes hit it).
+SMALL_FRACTION = 0.75
+# One compaction step reads at most this many target sizes of input (a bounded slice).
+MAX_INPUT_TARGETS = 4
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    snapshot_id: int
+    data_files: tuple[DataFile, ...]  # rewritten
+    sequence_number: int  # the highest data sequence number among them
+    delete_files: tuple[DataFile, ...]  # position deletes that apply to them
+    droppable: tuple[DataFile, ...]  # position-delete files naming only rewritten files
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    data_files_removed: int
+    delete_files_removed: int
+    data_files_added: int
+    rows: int
+    snapshot_id: int | None  # None: nothing done
+
+
+NOTHING = CompactionResult(0, 0, 0, 0, None)
+
+
+def _current_files(
+    table: Table, sequence_numbers: dict[str, int] | None = None
+) -> tuple[list[DataFile], list[DataFile], list[DataFile]]:
+    """(data, position-delete, equality-delete) files live in the current snapshot; fills
+    ``sequence_numbers`` (path -> data sequence number) when given."""
+    data: list[DataFile] = []
+    pos: list[DataFile] = []
+    eq: list[DataFile] = []
+    head = table.current_snapshot()
+    if head is None:
+        return data, pos, eq
+    for m in head.manifests(table.io):
+        for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = entry.data_file
+            if sequence_numbers is not None and entry.sequence_number is not None:
+                sequence_numbers[f.file_path] = entry.sequence_number
+            {DataFileContent.DATA: data, DataFileContent.POSITION_DELETES: pos}.get(f.content, eq).append(f)
+    return data, pos, eq
+
+
+def _targets(table: Table, delete_file: DataFile) -> set[str]:
+    """The data files a position-delete file names."""
+    with table.io.new_input(delete_file.file_path).open() as stream:
+        paths = pq.read_table(stream, columns=["file_path"]).column(0).unique()
+    return {str(p) for p in paths.to_pylist()}
+
+
+def plan_compaction(
+    table: Table, *, target_file_bytes: int, min_input_files: int
+) -> CompactionPlan | None:
+    """What one compaction step would rewrite; None when not due (or not allowed)."""
+    head = table.current_snapshot()
+    seqs: dict[str, int] = {}
+    data, pos, eq = _current_files(table, seqs)
+    if head is None or eq or not data:
+        return None
+    targets = {f.file_path: _targets(table, f) for f in pos}
+    hit: dict[str, list[DataFile]] = defaultdict(list)
+    for f in pos:
+        for path in targets[f.file_path]:
+            hit[path].append(f)
+    small = [f for f in data if f.file_size_in_bytes < SMALL_FRACTION * target_file_bytes or f.file_path in hit]
+    if len(small) < min_input_files and len(pos) < min_input_files:
+        return None
+    if len(small) < 2 and not any(f.file_path in hit for f in small):
+        return None  # one small file without deletes: nothing to gain
+    chosen: list[DataFile] = []
+    budget = MAX_INPUT_TARGETS * target_file_bytes
+    for f in sorted(small, key=lambda f: f.file_path):  # write order: batch ids sort by time
+        if chosen and sum(c.file_size_in_bytes for c in chosen) + f.file_size_in_bytes > budget:
+            break
+        chosen.append(f)
+    names = {f.file_path for f in chosen}
+    applying = {d.file_path: d for f in chosen for d in hit.get(f.file_path, [])}
+    droppable = [d for d in applying.values() if targets[d.file_path] <= names]
+    return CompactionPlan(
+        head.snapshot_id, tuple(chosen), max(seqs.get(f.file_path, 0) for f in chosen),
+        tuple(applying.values()), tuple(droppable),
+    )  # fmt: skip
+
+
+def compact(
+    table: Table,
+    *,
+    target_file_bytes: int,
+    min_input_files: int,
+    crash: Crash = no_crash,
+) -> tuple[Table, CompactionResult]:
+    """One bounded compaction step; returns the refreshed table and what was done."""
+    plan = plan_compaction(table, target_file_bytes=target_file_bytes, min_input_files=min_input_files)
+    if plan is None:
+        return table, NOTHING
+    t0 = time.perf_counter()
+    written, rows = _rewrite(table, plan, target_file_bytes)
+    crash("compaction-files-written")
+    added = [data_file_from_parquet(table, w.path, file_size=w.size) for w in written]
+    summary = {
+        MAINTENANCE_SUMMARY_KEY: KIND,
+        f"{MAINTENANCE_SUMMARY_KEY}.data-files-removed": str(len(plan.data_files)),
+        f"{MAINTENANCE_SUMMARY_KEY}.delete-files-removed": str(len(plan.droppable)),
+        f"{MAINTENANCE_SUMMARY_KEY}.data-files-added": str(len(added)),
+        f"{MAINTENANCE_SUMMARY_KEY}.rows": str(rows),
+    }
+    # Not committed (or unknown): the new files stay for orphan cleanup, which checks the
+    # metadata, rather than risk deleting files a commit references.
+    table = commit_rewrite(
+        table, expected_snapshot_id=plan.snapshot_id,
+        remove=[*plan.data_files, *plan.droppable], add_data=added,
+        data_sequence_number=plan.sequence_number, summary=summary,
+    )  # fmt: skip
+    crash("compaction-committed")
+    head = table.current_snapshot()
+    log.info(
+        "%s: compacted %d data file(s) + %d position-delete file(s) into %d file(s), %d rows, %.2fs",
+        ".".join(table.name()), len(plan.data_files), len(plan.droppable), len(added), rows,
+        time.perf_counter() - t0,
+    )  # fmt: skip
+    return table, CompactionResult(
+        len(plan.data_files), len(plan.droppable), len(added), rows,
+        head.snapshot_id if head is not None else None,
+    )  # fmt: skip
+
+
+def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tuple[list[WrittenFile], int]:
+    """Write the live rows of the plan's files into new files of about the target size."""
+    schema = table.schema()
+    ids = list(schema.identifier_field_ids)
+    spec = WriterSpec(
+        data_location=f"{table.location().rstrip('/')}/data",
+        batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}",
+        data_schema=schema_to_pyarrow(schema),
+        equality_schema=equality_delete_arrow_schema(schema, ids) if ids else pa.schema([]),
+        position_schema=position_delete_arrow_schema(),
+        io_properties=file_io_properties(table.io.properties),
+    )
+    writer = TableFileWriter(spec)
+    deletes_of: dict[str, set[DataFile]] = defaultdict(set)
+    for d in plan.delete_files:
+        for path in _targets(table, d):
+            deletes_of[path].add(d)
+    # Bytes per row of the inputs estimates when a file reaches the target.
+    in_rows = sum(f.record_count for f in plan.data_files) or 1
+    bytes_per_row = max(1.0, sum(f.file_size_in_bytes for f in plan.data_files) / in_rows)
+    rows_per_file = max(1, int(target_file_bytes / bytes_per_row))
+    scan = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
+    index, in_file, rows = 0, 0, 0
+    for f in plan.data_files:
+        task = FileScanTask(f, delete_files=deletes_of.get(f.file_path, set()))
+        for batch in scan.to_record_batches([task]):
+            part = pa.Table.from_batches([batch])
+            while part.num_rows:
+                if in_file >= rows_per_file:
+                    index, in_file = index + 1, 0
+                take = part.slice(0, rows_per_file - in_file)
+                writer.write_data(index, take)
+                in_file += take.num_rows
+                rows += take.num_rows
+                part = part.slice(take.num_rows)
+    written = [w for w in writer.close() if w.content == CONTENT_DATA]
+    return written, rows

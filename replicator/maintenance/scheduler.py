@@ -1,0 +1,183 @@
+"""When and what maintenance runs: per table, the due steps in the order conversion ->
+compaction -> expiry -> orphans, in bounded slices.
+
+Between batches the engine calls ``run_slice``: each due step of each table at most once,
+tables taking turns at going first, and no new step once the slice's time budget is spent, so
+the lag a slice adds to the next batch stays bounded (one step can still overrun the budget:
+conversion and compaction take bounded inputs per step). Conversion and compaction run back
+to back, with no batch between them: a batch would bring new equality deletes, and
+compaction needs a table without any. ``run_all`` (``replicator maintain``) runs every
+due step of a table until nothing is due.
+
+Order matters: compaction only runs on a table without equality deletes (so right after a
+conversion), and expiry/orphan cleanup then free what the rewrites made unreferenced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.table import Table
+
+from replicator.config import MaintenanceConfig
+from replicator.maintenance import Crash, no_crash
+from replicator.maintenance.compaction import compact
+from replicator.maintenance.expiry import expire_snapshots, snapshots_to_expire
+from replicator.maintenance.orphans import remove_orphans
+from replicator.maintenance.status import TableHealth, table_health
+
+log = logging.getLogger(__name__)
+
+KINDS = ("conversion", "compaction", "expiry", "orphans")
+# Orphan cleanup lists the whole table location: at most this often per table in the engine.
+ORPHANS_EVERY_SECONDS = 3600.0
+# Equality-delete files one conversion step converts (oldest first): a bounded step.
+CONVERSION_MAX_FILES = 64
+# run_all stops a table after this many steps (each step makes progress; a guard only).
+MAX_STEPS_PER_TABLE = 1000
+
+
+@dataclass(frozen=True)
+class StepReport:
+    table: str
+    kind: str
+    changed: bool
+    detail: str
+    seconds: float
+
+
+@dataclass
+class Maintainer:
+    """Runs maintenance on tables given to it; ``spark`` returns a SparkSession (conversion
+    joins delete keys with the table through Iceberg Java); ``crash`` is the crash-point hook."""
+
+    cfg: MaintenanceConfig
+    spark: Callable[[], Any] | None = None
+    crash: Crash = no_crash
+    _orphans_done: dict[str, float] = field(default_factory=dict)
+    _turn: int = 0
+
+    # ----------------------------------------------------------------- what is due
+
+    def due(self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None) -> list[str]:
+        """The kinds of step due on ``table``, in the order they must run."""
+        h = health or table_health(table)
+        out = []
+        compaction = (
+            h.data_files >= self.cfg.compact_min_input_files
+            or h.position_delete_files >= self.cfg.compact_min_input_files
+        )
+        # Compaction needs a table without equality deletes: when it is due, so is the
+        # conversion before it (else a steady stream of updates would starve compaction).
+        if self._conversion_due(h, now_ms) or (compaction and h.equality_delete_files and self.spark):
+            out.append("conversion")
+        if compaction and (h.equality_delete_files == 0 or out):
+            out.append("compaction")
+        if snapshots_to_expire(table, keep=self.cfg.snapshots_keep,
+                               max_age_seconds=self.cfg.snapshots_max_age_seconds, now_ms=now_ms):
+            out.append("expiry")
+        last = self._orphans_done.get(h.identifier)
+        if last is None or time.monotonic() - last >= ORPHANS_EVERY_SECONDS:
+            out.append("orphans")
+        return out
+
+    def _conversion_due(self, h: TableHealth, now_ms: int | None) -> bool:
+        if h.equality_delete_files == 0 or self.spark is None:
+            return False
+        by_count = self.cfg.convert_min_equality_delete_files
+        by_age = self.cfg.convert_max_age_seconds
+        return (by_count > 0 and h.equality_delete_files >= by_count) or (
+            by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age
+        )
+
+    # ----------------------------------------------------------------- one step
+
+    def step(self, table: Table, kind: str) -> tuple[Table, StepReport]:
+        """Run one step of ``kind``; returns the (possibly refreshed) table and a report."""
+        name = ".".join(table.name())
+        t0 = time.perf_counter()
+        changed, detail = False, "nothing to do"
+        cfg = self.cfg
+        if kind == "conversion":
+            assert self.spark is not None
+            from replicator.maintenance.conversion import convert_equality_deletes
+
+            conv = convert_equality_deletes(
+                self.spark(), table, max_files=CONVERSION_MAX_FILES, crash=self.crash
+            )
+            if conv.snapshot_id is not None:
+                table = table.refresh()
+                changed = True
+                detail = (f"{conv.equality_delete_files} equality-delete file(s) -> "
+                          f"{conv.position_delete_files} position-delete file(s), {conv.rows} row(s)")
+        elif kind == "compaction":
+            table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
+                                  min_input_files=cfg.compact_min_input_files, crash=self.crash)
+            if comp.snapshot_id is not None:
+                changed = True
+                detail = (f"{comp.data_files_removed} data + {comp.delete_files_removed} "
+                          f"position-delete file(s) -> {comp.data_files_added} file(s), {comp.rows} row(s)")
+        elif kind == "expiry":
+            table, exp = expire_snapshots(table, keep=cfg.snapshots_keep,
+                                          max_age_seconds=cfg.snapshots_max_age_seconds, crash=self.crash)
+            if exp.snapshots:
+                changed = True
+                detail = f"{exp.snapshots} snapshot(s) expired, {exp.files_deleted} file(s) deleted"
+        elif kind == "orphans":
+            orph = remove_orphans(table, min_age_seconds=cfg.orphan_min_age_seconds, crash=self.crash)
+            self._orphans_done[name] = time.monotonic()
+            if orph.files:
+                changed = True
+                detail = f"{orph.files} orphan file(s) removed ({orph.bytes} bytes)"
+        else:
+            raise ValueError(f"unknown maintenance step {kind!r}")
+        report = StepReport(name, kind, changed, detail, time.perf_counter() - t0)
+        if changed:
+            log.info("maintenance %s %s: %s (%.2fs)", name, kind, detail, report.seconds)
+        return table, report
+
+    # ----------------------------------------------------------------- slices
+
+    def run_slice(
+        self, tables: Sequence[Table], *, budget_seconds: float | None = None
+    ) -> tuple[list[Table], list[StepReport]]:
+        """Each due step of each table at most once, in order, while the time budget lasts
+        (checked before every step; tables take turns at going first). Returns the tables
+        (refreshed where changed, same order) and what was done."""
+        budget = self.cfg.slice_seconds if budget_seconds is None else budget_seconds
+        start = time.monotonic()
+        out = list(tables)
+        reports: list[StepReport] = []
+        n = len(out)
+        for i in range(n):
+            idx = (self._turn + i) % n
+            converted = False
+            for kind in self.due(out[idx]):
+                # A compaction right after a conversion is part of it (no batch may come
+                # between them), whatever the budget says.
+                if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
+                    break
+                if kind == "compaction" and table_health(out[idx]).equality_delete_files:
+                    continue  # the conversion before it did not finish them all
+                out[idx], report = self.step(out[idx], kind)
+                reports.append(report)
+                converted = kind == "conversion" and report.changed
+        self._turn = (self._turn + 1) % max(n, 1)
+        return out, reports
+
+    def run_all(self, table: Table) -> Iterator[tuple[Table, StepReport]]:
+        """Every due step on ``table`` until nothing is due (orphans once)."""
+        for _ in range(MAX_STEPS_PER_TABLE):
+            progressed = False
+            for kind in self.due(table):
+                table, report = self.step(table, kind)
+                yield table, report
+                if report.changed and kind in ("conversion", "compaction"):
+                    progressed = True
+                    break  # re-plan: a conversion makes compaction possible
+            if not progressed:
+                return

@@ -1,0 +1,152 @@
+"""Maintenance inside the engine: between batches, in bounded slices, one step per table per
+slice; and a crash at every maintenance crash point loses nothing and doubles nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replicator.checkpoint import Checkpoint, read_checkpoint
+from replicator.config import MaintenanceConfig
+from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
+from replicator.maintenance.scheduler import Maintainer
+from replicator.maintenance.status import table_health
+from replicator.pipeline.crashpoints import ENV, EXIT_CODE
+from tests.judges import assert_no_duplicate_data_files, duckdb_rows, spark_rows
+from tests.maintenance.support import config, feed, mixed, run, table
+from tests.maintenance.test_compaction import in_batch_churn, pyiceberg_rows
+from tests.pipeline.dbz import ChangeLog
+
+pytestmark = pytest.mark.spark
+
+EAGER = {"every_seconds": 0, "compact_min_input_files": 4, "snapshots_keep": 3,
+         "snapshots_max_age_seconds": 0, "orphan_min_age_seconds": 3600}
+
+
+def test_engine_maintains_between_batches(tmp_path: Path, spark: Any) -> None:
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(1), 60)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, maintenance=EAGER)
+    run(cfg)
+    t = table(cfg)
+    kinds = {s.summary.additional_properties.get(MAINTENANCE_SUMMARY_KEY)  # type: ignore[union-attr]
+             for s in t.metadata.snapshots}
+    assert "compaction" in kinds
+    h = table_health(t)
+    # Bounded however many batches ran: the slices keep up.
+    assert h.snapshots <= EAGER["snapshots_keep"] + 2
+    assert h.data_files < 8 and h.position_delete_files < 8
+    assert h.last_maintenance is not None
+    expected = log.expected_rows()
+    assert spark_rows(t.metadata_location, ["id"]) == expected
+    assert duckdb_rows(t.metadata_location, ["id"]) == expected
+    assert pyiceberg_rows(t) == expected
+    # The checkpoint is the one the last batch committed, whatever maintenance did after it.
+    cp = read_checkpoint(t)
+    batches = [s for s in t.metadata.snapshots
+               if s.summary is not None and Checkpoint.from_summary(s.summary.additional_properties)]
+    last = Checkpoint.from_summary(batches[-1].summary.additional_properties)  # type: ignore[union-attr]
+    assert cp is not None and cp == last
+
+
+def test_slice_is_bounded(tmp_path: Path) -> None:
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(2), 30)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8)
+    run(cfg)
+    t = table(cfg)
+    m = Maintainer(MaintenanceConfig.model_validate(EAGER))
+    assert m.due(t) == ["compaction", "expiry", "orphans"]
+    # No budget: no step at all.
+    _, reports = m.run_slice([t], budget_seconds=0)
+    assert reports == []
+    # One slice: each due step once, in order.
+    tables, reports = m.run_slice([t])
+    assert [r.kind for r in reports] == ["compaction", "expiry", "orphans"]
+    assert [r.changed for r in reports] == [True, True, False]  # nothing old enough to remove
+    assert m.due(tables[0]) == []
+
+
+def test_conversion_runs_right_before_a_due_compaction(tmp_path: Path, spark: Any) -> None:
+    log = ChangeLog()
+    mixed(log, random.Random(6), 80)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, exactly_once=False)
+    run(cfg)
+    t = table(cfg)
+    # Too few equality deletes for conversion's own trigger, but compaction is due: both run,
+    # back to back, in one slice.
+    settings = {**EAGER, "convert_min_equality_delete_files": 10_000}
+    m = Maintainer(MaintenanceConfig.model_validate(settings), spark=lambda: spark)
+    assert m.due(t)[:2] == ["conversion", "compaction"]
+    [t], reports = m.run_slice([t])
+    assert [r.kind for r in reports if r.changed][:2] == ["conversion", "compaction"]
+    h = table_health(t)
+    assert h.equality_delete_files == 0 and h.data_files == 1
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+    assert pyiceberg_rows(t) == log.expected_rows()
+
+
+# --- crash points ----------------------------------------------------------------------------
+
+
+def engine(cfg_path: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    if crash_at:
+        env[ENV] = crash_at
+    return subprocess.run(
+        [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg_path),
+         "--until-idle", "--engine", "local"], env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("point", [
+    "compaction-files-written", "compaction-committed", "expiry-before-commit",
+    "expiry-committed", "orphans-deleting",
+])
+def test_crash_in_maintenance_loses_nothing(tmp_path: Path, spark: Any, point: str) -> None:
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(3), 20)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, maintenance={**EAGER, "enabled": False})
+    run(cfg)  # a table with small files and history, before maintenance runs
+    before = read_checkpoint(table(cfg))
+    data_dir = tmp_path / "wh" / "cdc" / "items" / "data"
+    orphan = data_dir / "0000000000000-deadbeef0000-data-00000.parquet"
+    orphan.write_bytes(b"left by a crashed attempt")
+    old = time.time() - 2 * 86400
+    os.utime(orphan, (old, old))
+
+    start = len(log.lines)
+    in_batch_churn(log, random.Random(4), 20, first_tx=500)
+    feed(tmp_path, "0002.jsonl", log, start)
+    cfg = config(tmp_path, max_events=8, maintenance=EAGER)
+    crashed = engine(tmp_path / "c.yaml", point)
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-3000:]
+    assert f"crash point {point} reached" in crashed.stderr
+    done = engine(tmp_path / "c.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    t = table(cfg)
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+    assert_no_duplicate_data_files(t.metadata_location)
+    after = read_checkpoint(t)
+    assert after is not None and before is not None and after.position > before.position
+    assert after.writer_id and after.snapshot_id is not None
+    # What maintenance still has to do, it does on the restarted table.
+    m = Maintainer(MaintenanceConfig.model_validate(EAGER))
+    steps = list(m.run_all(t))
+    t = steps[-1][0] if steps else t
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+    assert read_checkpoint(t) == after
+    h = table_health(t)
+    assert h.data_files < 8 and h.snapshots <= EAGER["snapshots_keep"] + 2
+    assert not orphan.exists()
