@@ -227,11 +227,14 @@ class ControlledSource(ChangeSource):
         assert self.inner is not None
         return self.inner.fencing_token
 
-    def start_phase(self) -> None:
-        """A measured phase starts now (after the step that wrote the changes). Reset here, on
-        the run loop's thread: the reader thread may already be inside the poll that will
-        return the step's changes, so a reset at the next poll would drop their timings."""
+    def reset_timings(self) -> None:
+        """Before a step writes its changes (run loop thread): the reader thread reads them as
+        soon as they are committed, even while the step still runs, so a reset after the step
+        (or at the next poll) would drop the timings of what it already read."""
         self.t.reset()
+
+    def start_phase(self) -> None:
+        """The measured phase starts now (after the step that wrote the changes)."""
         self.phase_start = time.monotonic()
 
     def start(self, checkpoints: Checkpoints) -> None:
@@ -423,6 +426,7 @@ class EngineSession:
                     return
                 raise StopRun
             name, step = pending.pop(0)
+            self.ctl.reset_timings()
             if step():
                 set_active(self.timings)  # a nested session may have taken over
                 self.ctl.start_phase()
