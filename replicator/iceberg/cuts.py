@@ -40,6 +40,23 @@ def cut_name(at: datetime) -> str:
     return f"{CUT_TAG_PREFIX}{at.strftime('%Y%m%dT%H%M%SZ')}"
 
 
+def cut_order(name: str) -> tuple[str, int]:
+    """Sort key of cut names: by time, then by the ``-N`` of cuts made in the same second
+    (numerically: ``-10`` after ``-9``)."""
+    base, sep, n = name.rpartition("Z-")
+    if sep and n.isdigit():
+        return base + "Z", int(n)
+    return name, 0
+
+
+def next_cut_name(at: datetime, taken: Iterable[str]) -> str:
+    """A new cut name for ``at`` that sorts after every cut in ``taken`` of the same second
+    (a name freed by pruning is not reused: that would sort before the cuts it follows)."""
+    base = cut_name(at)
+    same = [cut_order(t)[1] for t in taken if cut_order(t)[0] == base]
+    return base if not same else f"{base}-{max(same) + 1}"
+
+
 def table_cuts(table: Table) -> dict[str, TableCut]:
     """The cut tags of ``table`` by name."""
     out: dict[str, TableCut] = {}
@@ -100,7 +117,7 @@ def list_cuts(tables: Iterable[Table]) -> list[Cut]:
     """Cuts by name (oldest first); ``complete`` when every table carries it at one position."""
     tables = list(tables)
     per_table = {".".join(t.name()): table_cuts(t) for t in tables}
-    names = sorted({n for cuts in per_table.values() for n in cuts})
+    names = sorted({n for cuts in per_table.values() for n in cuts}, key=cut_order)
     out = []
     for name in names:
         found = {t: c[name] for t, c in per_table.items() if name in c}

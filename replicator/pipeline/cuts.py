@@ -22,7 +22,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from replicator.events.model import SourcePosition
-from replicator.iceberg.cuts import Cut, list_cuts, remove_cuts, replicated_tables, tag_cut
+from replicator.iceberg.cuts import (
+    Cut,
+    list_cuts,
+    next_cut_name,
+    remove_cuts,
+    replicated_tables,
+    tag_cut,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +81,12 @@ class CutKeeper:
         complete = [c for c in cuts if c.complete]
         if complete and complete[-1].position == position:
             return None
-        name = self._free_name({c.name for c in cuts})
+        name = next_cut_name(self.now(), [c.name for c in cuts])
         for table in tables:
             tag_cut(table, name, position)
         self._last_position = position
         log.info("cut %s at %s over %d table(s)", name, position, len(tables))
         self._prune(tables, [c for c in cuts if c.name != name], complete)
-        return name
-
-    def _free_name(self, taken: set[str]) -> str:
-        base = f"cut-{self.now().strftime('%Y%m%dT%H%M%SZ')}"
-        name, n = base, 1
-        while name in taken:
-            name, n = f"{base}-{n}", n + 1
         return name
 
     def _prune(self, tables: list[Table], others: list[Cut], complete: list[Cut]) -> None:

@@ -4,6 +4,7 @@ while a table is stopped."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,42 @@ def test_no_cut_while_a_table_is_stopped(tmp_path: Path, spark: Any) -> None:
     summary = Replicator(cfg, engine="local").run(until_idle=True)
     assert "app.orders" in summary.stopped
     assert [c.name for c in cuts(cfg)] == before
+
+
+def test_cut_names_sort_in_the_order_they_were_made() -> None:
+    """Cuts made within one second get -1, -2, ...; after pruning, a freed name must not be
+    reused (it would sort before the cuts it follows, and pruning would then drop the newest
+    cut); and -10 sorts after -9."""
+
+    from replicator.iceberg.cuts import cut_order, next_cut_name
+
+    at = datetime(2026, 11, 23, 15, 9, 11, tzinfo=UTC)
+    assert next_cut_name(at, []) == "cut-20261123T150911Z"
+    assert next_cut_name(at, ["cut-20261123T150911Z"]) == "cut-20261123T150911Z-1"
+    # "Z" and "Z-1" were pruned; "Z-2" and "Z-3" are kept: the next one comes after them.
+    assert next_cut_name(at, ["cut-20261123T150911Z-2", "cut-20261123T150911Z-3"]) == "cut-20261123T150911Z-4"
+    names = ["cut-20261123T150911Z-10", "cut-20261123T150911Z-9", "cut-20261123T150910Z",
+             "cut-20261123T150911Z"]  # fmt: skip
+    assert sorted(names, key=cut_order) == [
+        "cut-20261123T150910Z", "cut-20261123T150911Z", "cut-20261123T150911Z-9",
+        "cut-20261123T150911Z-10",
+    ]  # fmt: skip
+
+
+def test_many_cuts_in_one_second_keep_the_newest(tmp_path: Path, spark: Any) -> None:
+    """A run cutting after every batch within one second (a fast machine): the newest cut
+    is the run's end, however the names fell."""
+    logs = [ChangeLog("orders"), ChangeLog("items")]
+    for i in range(30):
+        logs[0].insert(i, tx=i)
+        logs[1].insert(i, tx=i)
+    write(tmp_path, "0001.jsonl", *logs)
+    cfg = config(tmp_path, keep=2)
+    rep = Replicator(cfg, engine="local")
+    frozen = datetime(2026, 11, 23, 15, 9, 11, tzinfo=UTC)
+    rep.cuts.now = lambda: frozen
+    summary = rep.run(until_idle=True)
+    got = cuts(cfg)
+    assert summary.batches >= 4 and len(got) == 2, (summary.batches, got)
+    assert got[-1].position == summary.last_position
+    assert got[0].position is not None and got[0].position < got[-1].position
