@@ -108,9 +108,12 @@ def engine(cfg_path: Path, crash_at: str | None = None) -> subprocess.CompletedP
          "--until-idle", "--engine", "local"], env=env, capture_output=True, text=True, timeout=600)
 
 
+# Two points in `make test` (tests/e2e/test_maintenance_crash.py covers one per step against
+# Postgres); all with LONG=1.
 @pytest.mark.parametrize("point", [
-    "compaction-files-written", "compaction-committed", "expiry-before-commit",
-    "expiry-committed", "orphans-deleting",
+    "compaction-files-written", pytest.param("compaction-committed", marks=pytest.mark.slow),
+    pytest.param("expiry-before-commit", marks=pytest.mark.slow), "expiry-committed",
+    pytest.param("orphans-deleting", marks=pytest.mark.slow),
 ])
 def test_crash_in_maintenance_loses_nothing(tmp_path: Path, spark: Any, point: str) -> None:
     log = ChangeLog()
