@@ -59,6 +59,7 @@ def _cli(cfg: Path, *, until_idle: bool = True) -> list[str]:
             "--engine", "local", *(["--until-idle"] if until_idle else [])]
 
 
+@pytest.mark.slow  # ~1.5 min; Postgres kills stay in make test: test_crash_matrix, test_consistent_cuts, test_postgres_s3
 def test_sigkill_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark: Any) -> None:
     rows = SNAPSHOT_ROWS // 2
     seed(pg_db, rows)

@@ -98,6 +98,7 @@ def test_cluster_config_refuses_local_staging(tmp_path: Path) -> None:
         load_config(path)
 
 
+@pytest.mark.slow  # ~2.5 min (a master, two workers, executors): make test-long
 def test_engine_on_a_two_worker_cluster_survives_a_lost_executor(tmp_path: Path, pg_db: str) -> None:
     seed(pg_db, 12_000)
     marker = tmp_path / "lost-one-executor"
