@@ -38,9 +38,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import (
     Operation,
-    SnapshotSummaryCollector,
     Summary,
-    update_snapshot_summaries,
 )
 from pyiceberg.typedef import EMPTY_DICT
 
@@ -165,27 +163,7 @@ class _RewriteProducer(RowDeltaProducer):
         return writer.to_manifest_file()
 
     def _summary(self, snapshot_properties: Mapping[str, str] = EMPTY_DICT) -> Summary:
-        metadata = self._transaction.table_metadata
-        collector = SnapshotSummaryCollector()
-        for content_file in [*self._added_data_files, *self._added_delete_files]:
-            collector.add_file(
-                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
-            )
-        for content_file in self._removed_files:
-            collector.remove_file(
-                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
-            )
-        parent = (
-            metadata.snapshot_by_id(self._parent_snapshot_id)
-            if self._parent_snapshot_id is not None
-            else None
-        )
         # pyiceberg computes totals only for append/overwrite/delete; a replace changes them
         # the same way an overwrite with the same files would.
-        totals = update_snapshot_summaries(
-            summary=Summary(
-                operation=Operation.OVERWRITE, **collector.build(), **snapshot_properties
-            ),
-            previous_summary=parent.summary if parent is not None else None,
-        )
+        totals = self._summary_as(Operation.OVERWRITE, self._removed_files, snapshot_properties)
         return Summary(operation=Operation.REPLACE, **totals.additional_properties)

@@ -531,6 +531,13 @@ class RowDeltaProducer(_MergeAppendFiles):
         return writer.to_manifest_file()
 
     def _summary(self, snapshot_properties: Mapping[str, str] = EMPTY_DICT) -> Summary:
+        return self._summary_as(self._operation, self._removed_all, snapshot_properties)
+
+    def _summary_as(
+        self, operation: Operation, removed: list[DataFile], snapshot_properties: Mapping[str, str]
+    ) -> Summary:
+        """The summary with totals: what this snapshot adds and ``removed`` (shared with the
+        rewrite producer, which passes its own removals)."""
         metadata = self._transaction.table_metadata
         collector = SnapshotSummaryCollector()
         # The collector counts data files and both kinds of delete files (added-delete-files,
@@ -539,7 +546,7 @@ class RowDeltaProducer(_MergeAppendFiles):
             collector.add_file(
                 content_file, schema=metadata.schema(), partition_spec=metadata.spec()
             )
-        for content_file in self._removed_all:
+        for content_file in removed:
             collector.remove_file(
                 content_file, schema=metadata.schema(), partition_spec=metadata.spec()
             )
@@ -549,6 +556,6 @@ class RowDeltaProducer(_MergeAppendFiles):
             else None
         )
         return update_snapshot_summaries(
-            summary=Summary(operation=self._operation, **collector.build(), **snapshot_properties),
+            summary=Summary(operation=operation, **collector.build(), **snapshot_properties),
             previous_summary=parent.summary if parent is not None else None,
         )
