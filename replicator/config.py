@@ -29,6 +29,13 @@ class SourceConfig(_Strict):
     slot: str = "replicator"
     publication: str = "replicator"
     server_id: int = 4242
+    zero_dates: Literal["null", "dead-letter"] = Field(
+        "null",
+        description="mysql: a zero or invalid date ('0000-00-00', stored under a permissive "
+        "sql_mode) in a non-key column becomes NULL ('null'), or makes its row a bad change "
+        "('dead-letter': an insert is dead-lettered; an update or delete follows "
+        "errors.on_bad_change). In a key column it is always a bad change",
+    )
     delivery: Literal["at-least-once", "exactly-once"] = Field(
         "at-least-once",
         description="debezium-json: how the records were delivered. Kafka (and Debezium "

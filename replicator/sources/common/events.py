@@ -15,10 +15,22 @@ EventMaker = Callable[
 ]  # fmt: skip
 
 
+class BadKey(dict[str, Any]):
+    """The before key of a u/d whose row does not convert, riding in the 'before' slot of a
+    change a source holds back; ``make_event`` turns it into an event with ``error`` set and
+    no after image (the pipeline applies ``errors.on_bad_change``: never a silently kept
+    stale row)."""
+
+    def __init__(self, key: Mapping[str, Any], error: str) -> None:
+        super().__init__(key)
+        self.error = error
+
+
 def event_maker(source: str) -> EventMaker:
     """``make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)`` for positions
     of ``source`` (positional arguments: a source holds a change back as this tuple, minus
-    ``last``, until it knows whether the transaction ends there)."""
+    ``last``, until it knows whether the transaction ends there). A ``BadKey`` before image
+    makes an event carrying its error."""
 
     def make_event(
         table: str,
@@ -31,6 +43,11 @@ def event_maker(source: str) -> EventMaker:
         tx_id: str | None,
         last: bool,
     ) -> ChangeEvent:
+        if type(before) is BadKey:
+            return ChangeEvent(
+                table, op, dict(before), None, position=SourcePosition(source, parts),
+                schema=schema, ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last, error=before.error,
+            )  # fmt: skip
         return ChangeEvent(
             table, op, before, after, position=SourcePosition(source, parts), schema=schema,
             ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,

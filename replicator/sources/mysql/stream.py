@@ -38,7 +38,7 @@ from pymysqlreplication.row_event import (
 from replicator.errors import BadInputError, SchemaChangeError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
-from replicator.sources.common.events import event_maker
+from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.mysql import compat, setup
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -75,6 +75,7 @@ make_event = event_maker("mysql")
 @dataclass
 class SourceStats(CommonSourceStats):
     transactions: int = 0
+    keyed_before_images: int = 0  # u/d old rows that did not convert: applied by key alone
 
 
 @dataclass
@@ -83,6 +84,7 @@ class _Rel:
     selected: bool
     schema: TableSchema | None = None
     rows: RowConverter | None = None
+    key: tuple[str, ...] = ()
 
 
 @dataclass
@@ -317,7 +319,7 @@ class BinlogStream:
             )
             rows = RowConverter.build(mappings, key, self.zero_dates)
             self.converters.append(rows)
-            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows)
+            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key)
             if len(self._rel_cache) > 4096:  # unbounded DDL churn: start over
                 self._rel_cache = {sig: rel}
         if len(self._rel_by_columns) > 4096:
@@ -431,21 +433,30 @@ class BinlogStream:
                         tx.tx_id,
                     )
                 elif t is UpdateRowsEvent:
-                    before = conv.from_binlog(row["before_values"], row["before_none_sources"])
-                    after = conv.from_binlog(row["after_values"], row["after_none_sources"])
+                    before = self._before_image(
+                        rel, row["before_values"], row["before_none_sources"]
+                    )
+                    try:
+                        after = conv.from_binlog(row["after_values"], row["after_none_sources"])
+                    except ValueConversionError as exc:
+                        # The new row has no value: its before key goes on as a bad change
+                        # (the pipeline applies errors.on_bad_change).
+                        log.warning("%s: change at %s does not convert: %s", table, parts, exc)
+                        key = {k: before[k] for k in rel.key}
+                        before, after = BadKey(key, str(exc)), None
                     item = (table, Op.UPDATE, before, after, parts, rel.schema, ts_ms, tx.tx_id)
                 else:
                     item = (
                         table,
                         Op.DELETE,
-                        conv.from_binlog(row["values"], row["none_sources"]),
+                        self._before_image(rel, row["values"], row["none_sources"]),
                         None,
                         parts,
                         rel.schema,
                         ts_ms,
                         tx.tx_id,
                     )
-            except ValueConversionError as exc:
+            except ValueConversionError as exc:  # a new row or a key with no value
                 raw = row.get("values") or row.get("after_values") or {}
                 self._dead_letter(table, rel.schema, raw, parts, exc)
                 continue
@@ -453,6 +464,23 @@ class BinlogStream:
             if prev is not None:
                 self.last_out = prev[4]
                 yield self._emit(prev, False)
+
+    def _before_image(
+        self, rel: _Rel, values: dict[str, Any], none_sources: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """A u/d's before image, or its key alone when another of its columns does not
+        convert: the pipeline needs only the key of the row a u/d replaces, so a bad value
+        in the old row never keeps that row alive. Raises when the key has no value."""
+        assert rel.rows is not None
+        raw_key = {k: values[k] for k in rel.key}  # from_binlog converts in place
+        try:
+            return rel.rows.from_binlog(values, none_sources)
+        except ValueConversionError:
+            key = rel.rows.key_from_binlog(raw_key, none_sources)
+            if key is None:
+                raise
+            self.stats.keyed_before_images += 1
+            return key
 
     def _emit(self, item: tuple[Any, ...], last: bool) -> ChangeEvent:
         table, op, before, after, parts, schema, ts_ms, tx_id = item

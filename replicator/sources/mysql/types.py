@@ -502,7 +502,30 @@ class RowConverter:
         self, values: dict[str, Any], none_sources: Mapping[str, str]
     ) -> dict[str, Any]:
         """A decoded binlog row image -> engine values (mutates and returns ``values``)."""
-        for name, conv in self.binlog:
+        return self._convert(values, none_sources, self.binlog)
+
+    def key_from_binlog(
+        self, raw_key: Mapping[str, Any], none_sources: Mapping[str, str]
+    ) -> dict[str, Any] | None:
+        """Engine values of a row image's key columns (``raw_key``: their decoded binlog
+        values, copied before ``from_binlog`` converted the image in place), for a u/d whose
+        other columns do not convert. None when a key value itself does not convert."""
+        key = dict(raw_key)
+        converters = tuple((n, c) for n, c in self.binlog if n in key)
+        try:
+            return self._convert(
+                key, {n: w for n, w in none_sources.items() if n in key}, converters
+            )
+        except ValueConversionError:
+            return None
+
+    def _convert(
+        self,
+        values: dict[str, Any],
+        none_sources: Mapping[str, str],
+        converters: tuple[tuple[str, Converter], ...],
+    ) -> dict[str, Any]:
+        for name, conv in converters:
             v = values[name]
             if v is not None:
                 try:

@@ -19,7 +19,7 @@ import orjson
 from replicator.errors import BadInputError, TerminalError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
-from replicator.sources.common.events import event_maker
+from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.postgres.pgoutput import (
     PG_EPOCH_US,
@@ -46,36 +46,7 @@ Pending = tuple[
 ]
 
 
-class BadKey(dict[str, Any]):
-    """The before key of a u/d whose row does not convert, riding in a pending tuple's
-    'before' slot; ``make_event`` turns it into an event with ``error`` set (the pipeline
-    applies ``errors.on_bad_change``: never a silently kept stale row)."""
-
-    def __init__(self, key: dict[str, Any], error: str) -> None:
-        super().__init__(key)
-        self.error = error
-
-
-_make_event = event_maker("postgres")
-
-
-def make_event(
-    table: str,
-    op: Op,
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-    parts: Parts,
-    schema: TableSchema | None,
-    ts_ms: int | None,
-    tx_id: str | None,
-    last: bool,
-) -> ChangeEvent:
-    if type(before) is BadKey:
-        return ChangeEvent(
-            table, op, dict(before), None, position=SourcePosition("postgres", parts), schema=schema,
-            ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last, error=before.error,
-        )  # fmt: skip
-    return _make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)
+make_event = event_maker("postgres")
 
 
 @dataclass
