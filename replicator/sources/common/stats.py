@@ -13,3 +13,4 @@ class CommonSourceStats:
     dead_letters: int = 0
     truncates: int = 0
     reconnects: int = 0
+    keyed_before_images: int = 0  # u/d old rows that did not convert: applied by key alone

@@ -75,7 +75,6 @@ make_event = event_maker("mysql")
 @dataclass
 class SourceStats(CommonSourceStats):
     transactions: int = 0
-    keyed_before_images: int = 0  # u/d old rows that did not convert: applied by key alone
 
 
 @dataclass

@@ -273,7 +273,13 @@ class ChangeAssembler:
         assert rel.rows is not None
         if msg.old_kind == "K":  # key columns only; the others are sent as nulls
             return rel.rows.convert_subset(msg.old, rel.key_idx)
-        old = rel.rows.convert(msg.old)
+        try:
+            old = rel.rows.convert(msg.old)
+        except ValueConversionError:
+            # A u/d needs only the old row's key (REPLICA IDENTITY FULL sends it all): a bad
+            # value elsewhere in the old row must not stop the change that replaces it.
+            self.stats.keyed_before_images += 1
+            return rel.rows.convert_subset(msg.old, rel.key_idx)
         return {k: v for k, v in old.items() if v is not UNCHANGED_TOAST}
 
     def _fill_toast(self, rel: RelState, msg: Update, after: dict[str, Any], old_key: Any) -> bool:

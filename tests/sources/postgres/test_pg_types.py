@@ -256,3 +256,29 @@ def test_every_type_through_snapshot_and_stream(
         assert d["table"] == "public.all_types" and d["position"].startswith("postgres:")
         assert d["reason"].startswith("column 'c_")
     assert src.stats.dead_letters == 1
+
+
+@pytest.mark.integration
+def test_old_row_that_does_not_convert_is_replaced_by_its_key(
+    sql: Callable[..., Any], make_source: Callable[..., Any]
+) -> None:
+    """REPLICA IDENTITY FULL sends the whole old row with a u/d. When a value of it has no
+    engine value ('infinity' date: its insert was a dead letter), the change that fixes or
+    removes the row still applies by the old row's key, instead of stopping the table."""
+    sql("CREATE TABLE full_old (id int PRIMARY KEY, d date)")
+    sql("ALTER TABLE full_old REPLICA IDENTITY FULL")
+    src = make_source()
+    src.start(Checkpoints.at({}))
+    kit.drain(src)
+    sql("INSERT INTO full_old VALUES (1, 'infinity'), (2, 'infinity')")
+    sql("UPDATE full_old SET d = '2020-01-01' WHERE id = 1")
+    sql("DELETE FROM full_old WHERE id = 2")
+    sql("INSERT INTO full_old VALUES (3, '2020-01-03')")
+    events = kit.drain(src, lambda ev: any(e.after and e.after["id"] == 3 for e in ev))
+    got = [(e.op, e.before, e.after, e.error) for e in events]
+    assert got == [
+        (Op.UPDATE, {"id": 1}, {"id": 1, "d": date(2020, 1, 1)}, None),
+        (Op.DELETE, {"id": 2}, None, None),
+        (Op.CREATE, None, {"id": 3, "d": date(2020, 1, 3)}, None),
+    ]
+    assert src.stats.keyed_before_images == 2 and src.stats.dead_letters == 2
