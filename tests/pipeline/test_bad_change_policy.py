@@ -114,3 +114,18 @@ def test_dead_letter_policy_deletes_the_old_row(tmp_path: Path, capsys: pytest.C
     assert out.strip().splitlines()[-1].startswith("1 change(s) dead-lettered")
     # Neither the stale key 1 nor an unconvertible key 2: only 5 remains.
     assert [r["id"] for r in _rows(path)] == [5]
+
+
+def test_old_row_that_does_not_convert_is_replaced_by_its_key(tmp_path: Path) -> None:
+    """A u/d needs only the key of the row it replaces: an old image holding a value with no
+    engine value (here too wide for decimal(6,2)) applies by its key, with no error."""
+    from replicator.events.debezium.parser import DebeziumParser
+    from tests.events.dbz_lines import pos
+
+    parser = DebeziumParser()
+    bad_old = {"id": 1, "amount": _dec("123456.50")}
+    upd = parser.parse(line(AMOUNT, {"id": 1, "amount": _dec("2.00")}, op="u", before=bad_old), pos(1))
+    dele = parser.parse(line(AMOUNT, None, op="d", before={"id": 2, "amount": _dec("123456.50")}), pos(2))
+    assert upd is not None and dele is not None
+    assert (upd.op, upd.before, upd.after, upd.error) == (Op.UPDATE, {"id": 1}, {"id": 1, "amount": Decimal("2.00")}, None)
+    assert (dele.op, dele.before, dele.after, dele.error) == (Op.DELETE, {"id": 2}, None, None)

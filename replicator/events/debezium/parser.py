@@ -221,7 +221,7 @@ class DebeziumParser:
                 plan = self._inferred_plan(table, rows, key_columns)
 
             # Unchanged TOASTed values arrive as a placeholder: never data (``unavailable``).
-            conv_before = None if before is None else plan.mark_unavailable(plan.convert(before))
+            conv_before = None if before is None else _old_row(plan, before, key_columns)
             if key_only and conv_before is not None:
                 conv_before = {k: conv_before[k] for k in key_columns}
             conv_after = None if after is None else plan.mark_unavailable(plan.convert(after))
@@ -354,6 +354,23 @@ def parse_line(
     """Convenience for one-off parsing (no cache reuse: use ``DebeziumParser`` for streams)."""
     parser = DebeziumParser(primary_keys=primary_keys, default_table=default_table)
     return parser.parse(line, position)
+
+
+def _old_row(plan: Plan, before: dict[str, Any], key_columns: Sequence[str]) -> dict[str, Any]:
+    """A u/d's before image, or its key alone when another of its values does not convert:
+    a u/d needs only the key of the row it replaces (raises when the key does not convert)."""
+    try:
+        return plan.mark_unavailable(plan.convert(before))
+    except Bad:
+        if not all(before.get(k) is not None for k in key_columns):
+            raise
+        try:
+            key = plan.convert({k: before[k] for k in key_columns})
+        except (Bad, ValueError, TypeError, OverflowError):
+            pass
+        else:
+            return {k: key[k] for k in key_columns}
+        raise
 
 
 def _bad_change(
