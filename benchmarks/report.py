@@ -12,7 +12,7 @@ from typing import Any
 
 KEY_MAP_BYTES_PER_KEY = 116  # ops_mapping.KeyPositionMap, int keys (tracemalloc, this machine)
 SOURCE_NAMES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
-WORKLOAD_ORDER = ("snapshot", "mixed", "hot", "wide")
+WORKLOAD_ORDER = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
 
 
 def _f(x: Any, digits: int = 0) -> str:
@@ -492,6 +492,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
                "Iceberg table) and a plain Parquet copy of the source table.", "",
                _table(["table", "version", "rows", "count s", "lookup s", "files", "MiB"],
                       rc_rows), ""]  # fmt: skip
+    md += _many_tables(results)
     # Errors
     errs = [f"{k}/{n}: {e}" for k in ("postgres", "mariadb")
             for n, r in results.get(k, {}).items() for e in r.get("errors", [])]  # fmt: skip
@@ -504,6 +505,27 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
     report = "\n".join(md)
     (out / "REPORT.md").write_text(report)
     return report, console_table(results)
+
+
+MANY_TABLES_TARGET = 1.5  # issue 12: 100 tables take at most 1.5x the time of one
+
+
+def _many_tables(results: dict[str, Any]) -> list[str]:
+    """The same changes over 1 and over 100 tables, side by side (workloads tables1/100)."""
+    pg = results.get("postgres", {})
+    one, many = (pg.get(n, {}).get("engine") for n in ("tables1", "tables100"))
+    if not one or not many:
+        return []
+    rows = [[name, _f(e["events"]), f"{e['seconds']:.1f}", _f(e["rate"]), _f(e.get("batches")),
+             str(e["loadavg"])] for name, e in (("1 table", one), ("100 tables", many))]  # fmt: skip
+    ratio = many["seconds"] / one["seconds"] if one["seconds"] else None
+    verdict = "met" if ratio is not None and ratio <= MANY_TABLES_TARGET else "missed"
+    return ["## One table vs 100 tables (PostgreSQL)", "",
+            "The same mixed change stream (same seed, events and key space) over 1 table and "
+            "over 100 tables, one Spark job per batch either way.", "",
+            _table(["tables", "events", "seconds", "events/s", "batches", "load"], rows), "",
+            f"100 tables / 1 table: **{_ratio(many['seconds'], one['seconds'])}** of the time "
+            f"(target <= {MANY_TABLES_TARGET}x: {verdict}).", ""]  # fmt: skip
 
 
 def console_table(results: dict[str, Any]) -> str:

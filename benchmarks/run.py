@@ -36,31 +36,31 @@ SIZES: dict[str, dict[str, Any]] = {
     "tiny": {
         "snapshot_rows": 2_000, "mixed_events": 3_000, "keyspace": 4_000,
         "hot_events": 1_500, "hot_keys": 20, "wide_events": 800, "wide_keyspace": 2_000,
-        "lag_rate": 400, "lag_seconds": 4, "lag_keyspace": 2_000, "baseline_cap": 60,
+        "spread_events": 2_000, "lag_rate": 400, "lag_seconds": 4, "lag_keyspace": 2_000, "baseline_cap": 60,
         "sweep": [1_000],
     },
     "small": {
         "snapshot_rows": 30_000, "mixed_events": 30_000, "keyspace": 30_000,
         "hot_events": 15_000, "hot_keys": 100, "wide_events": 8_000, "wide_keyspace": 20_000,
-        "lag_rate": 1_000, "lag_seconds": 15, "lag_keyspace": 10_000, "baseline_cap": 60,
+        "spread_events": 30_000, "lag_rate": 1_000, "lag_seconds": 15, "lag_keyspace": 10_000, "baseline_cap": 60,
         "sweep": [5_000],
     },
     "default": {
         "snapshot_rows": 150_000, "mixed_events": 150_000, "keyspace": 100_000,
         "hot_events": 50_000, "hot_keys": 100, "wide_events": 20_000, "wide_keyspace": 50_000,
-        "lag_rate": 2_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
+        "spread_events": 100_000, "lag_rate": 2_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
         "sweep": [10_000, 50_000],
     },
     "large": {
         "snapshot_rows": 1_000_000, "mixed_events": 1_000_000, "keyspace": 1_000_000,
         "hot_events": 300_000, "hot_keys": 100, "wide_events": 200_000,
-        "wide_keyspace": 200_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
+        "wide_keyspace": 200_000, "spread_events": 300_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
         "baseline_cap": 600, "sweep": [10_000, 100_000],
     },
 }  # fmt: skip
-WORKLOADS = ("snapshot", "mixed", "hot", "wide")
+WORKLOADS = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
 OVERRIDES = ("snapshot_rows", "mixed_events", "keyspace", "hot_events", "hot_keys",
-             "wide_events", "wide_keyspace", "lag_rate", "lag_seconds", "baseline_cap")  # fmt: skip
+             "wide_events", "wide_keyspace", "spread_events", "lag_rate", "lag_seconds", "baseline_cap")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,8 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--size", choices=list(SIZES), default="default")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--sources", default="postgres,mariadb", help="postgres,mariadb")
-    ap.add_argument("--workloads", default="snapshot,mixed,hot,wide,lag",
-                    help="any of snapshot,mixed,hot,wide,lag")  # fmt: skip
+    ap.add_argument("--workloads", default="snapshot,mixed,hot,wide,tables1,tables100,lag",
+                    help="any of snapshot,mixed,hot,wide,tables1,tables100,lag (tablesN: the "
+                    "same mixed changes over N tables; Postgres only)")  # fmt: skip
     ap.add_argument("--baselines", default="mixed,hot",
                     help="Postgres workloads that also run the MERGE / pyiceberg baselines "
                     "('' for none)")  # fmt: skip
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             meta["warmup_seconds"] = S.warm_up(ctx)
         for kind in sources:
             for name in workloads:
-                if name == "lag":
+                if name == "lag" or (name.startswith("tables") and kind != "postgres"):
                     continue
                 w = W.build(name, size, args.seed)
                 log(f"{kind}/{name}: {w.title}: {w.description}")

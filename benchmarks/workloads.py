@@ -237,6 +237,16 @@ def mixed(events: int, *, seed: int, tables: int = 4, keyspace: int = 100_000,
     )  # fmt: skip
 
 
+def spread(events: int, *, seed: int, tables: int, keyspace: int) -> Workload:
+    """(e) the same mixed changes over ``tables`` tables: with ``tables=1`` and ``tables=100``
+    side by side, the cost of a change stream touching many tables per batch."""
+    w = mixed(events, seed=seed, tables=tables, keyspace=keyspace)
+    return Workload(
+        f"tables{tables}", f"mixed CDC over {tables} table(s)", w.tables, w.initial, w.plan,
+        seed, description=w.description,
+    )  # fmt: skip
+
+
 def hot_keys(events: int, *, seed: int, keys: int = 100) -> Workload:
     """(c) update-heavy: 96% updates, 2% deletes, 2% re-inserts on ``keys`` hot keys."""
     rng = random.Random(seed)
@@ -427,6 +437,9 @@ def build(name: str, size: dict[str, int], seed: int) -> Workload:
         return mixed(size["mixed_events"], seed=seed, keyspace=size["keyspace"])
     if name == "hot":
         return hot_keys(size["hot_events"], seed=seed, keys=size["hot_keys"])
+    if name.startswith("tables") and name[6:].isdigit():  # tables1, tables100
+        return spread(size["spread_events"], seed=seed, tables=int(name[6:]),
+                      keyspace=size["keyspace"])  # fmt: skip
     if name == "wide":
         return wide(size["wide_events"], seed=seed, keyspace=size["wide_keyspace"])
     raise ValueError(f"unknown workload {name!r}")

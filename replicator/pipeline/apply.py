@@ -479,7 +479,8 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                     stage_dir.mkdir(parents=True, exist_ok=True)
                     path = str(stage_dir / f"{i:05d}.parquet")
                     pq.write_table(p.staged.table, path, compression="lz4")
-                tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props))
+                tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props,
+                                       rows=p.staged.table.num_rows))  # fmt: skip
             if env.engine == "local":
                 return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
             return apply_batch_with_spark(env.spark, tasks)
