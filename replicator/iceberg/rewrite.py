@@ -50,6 +50,7 @@ from replicator.iceberg.row_delta import (
     check_properties,
     commit_producer,
     manifest_writer_class,
+    producer_transaction,
 )
 
 __all__ = ["commit_rewrite"]
@@ -105,7 +106,7 @@ def commit_rewrite(
         raise ValueError("cannot rewrite files of a table without snapshots")
 
     producer = _RewriteProducer(
-        table.transaction(), table, data, deletes, properties, removed_paths
+        producer_transaction(table), table, data, deletes, properties, removed_paths
     )
     producer._data_sequence_number = data_sequence_number
     props = dict(table_properties)

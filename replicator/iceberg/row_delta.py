@@ -38,7 +38,11 @@ them when upgrading pyiceberg):
   ``content()`` and the ``content`` key of its Avro metadata), and to declare
   ``data_file.equality_ids`` as ``list<int>`` (its ``_with_partition()``), which Iceberg Java
   needs to read equality delete entries (pyiceberg 0.12 writes ``list<long>``).
-* ``Transaction._apply()`` and ``Transaction.commit_transaction()``. The producer is deliberately
+* ``Transaction._apply()`` and ``Transaction.commit_transaction()``; ``Transaction.table_metadata``
+  is overridden by ``producer_transaction`` to cache its result per (base metadata, staged
+  updates): pyiceberg recomputes it with a deep copy on every access (about 23 times per
+  commit, 15% of a 100-table batch's time). Its attributes ``_table`` and ``_updates``.
+  The producer is deliberately
   NOT registered with ``Transaction._register_snapshot_producer``: registered producers are rebuilt
   on a newer head and retried after a ``CommitFailedException``, which would silently defeat the
   expected-parent check.
@@ -64,6 +68,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import (
     Operation,
@@ -72,7 +77,7 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update import SetPropertiesUpdate
+from pyiceberg.table.update import SetPropertiesUpdate, TableUpdate, update_table_metadata
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
@@ -175,7 +180,7 @@ def commit_row_delta(
         check_expected_head(table, expected_parent_snapshot_id, branch)
 
     producer = RowDeltaProducer(
-        table.transaction(), table, data, deletes, properties, branch, remove_all=remove_all
+        producer_transaction(table), table, data, deletes, properties, branch, remove_all=remove_all
     )
     return commit_producer(table, producer, head_id=head_id, table_properties=table_properties)
 
@@ -194,6 +199,27 @@ def check_expected_head(
             "and decide whether this batch still applies",
         )
     return head_id
+
+
+class _CachedMetadataTransaction(Transaction):
+    """A transaction whose ``table_metadata`` is computed once per (base metadata, staged
+    updates) instead of on every access. TableMetadata is immutable (frozen pydantic models),
+    so sharing one result is safe; pyiceberg deep-copies only defensively."""
+
+    _metadata_cache: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        base, updates = self._table.metadata, self._updates
+        cached = self._metadata_cache
+        if cached is None or cached[0] is not base or cached[1] is not updates:
+            cached = self._metadata_cache = (base, updates, update_table_metadata(base, updates))
+        return cached[2]
+
+
+def producer_transaction(table: Table) -> Transaction:
+    """The transaction a producer of this package stages its snapshot in (not autocommit)."""
+    return _CachedMetadataTransaction(table, autocommit=False)
 
 
 def commit_producer(

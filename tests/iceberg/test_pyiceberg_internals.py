@@ -57,6 +57,29 @@ def test_producer_attributes_exist_on_a_real_producer(tmp_path: Path) -> None:
     )  # fmt: skip
     missing = [a for a in PRODUCER_ATTRIBUTES if not hasattr(producer, a)]
     assert not missing, f"a _MergeAppendFiles instance lacks {missing}"
+    # producer_transaction caches table_metadata keyed on these two.
+    assert tx._table is table and tx._updates == ()
+    assert isinstance(Transaction.__dict__.get("table_metadata"), property)
+
+
+def test_cached_table_metadata_follows_staged_updates(tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.update import SetPropertiesUpdate
+    from pyiceberg.types import LongType, NestedField
+
+    from replicator.iceberg.row_delta import producer_transaction
+
+    wh = f"{tmp_path}"
+    catalog = SqlCatalog("t", uri=f"sqlite:///{wh}/c.db", warehouse=f"file://{wh}")
+    catalog.create_namespace("n")
+    table: Table = catalog.create_table("n.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    tx = producer_transaction(table)
+    first = tx.table_metadata
+    assert tx.table_metadata is first  # computed once
+    tx._apply((SetPropertiesUpdate(updates={"k": "v"}),), ())
+    assert tx.table_metadata.properties["k"] == "v"  # recomputed after staging
+    assert "k" not in first.properties
 
 
 def test_manifest_writer_and_transaction_hooks() -> None:
