@@ -281,7 +281,10 @@ def _build_from_blocks(
             for block, start, stop in runs:
                 assert isinstance(block, RowBlock)
                 if block.has(name):
-                    pieces.append(pc.cast(block.table.column(name).slice(start, stop - start), at))
+                    col = block.table.column(name)
+                    if not _casts_like_values(col.type, at):
+                        return None
+                    pieces.append(pc.cast(col.slice(start, stop - start), at))
                 else:
                     pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
             col = pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
@@ -292,6 +295,22 @@ def _build_from_blocks(
     except _CONVERSION_ERRORS:
         return None
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _casts_like_values(have: pa.DataType, want: pa.DataType) -> bool:
+    """Casting ``have`` to ``want`` gives what ``pa.array(values, want)`` gives from the
+    Python values: the same type, or an Iceberg promotion (int -> long, float -> double,
+    a wider decimal of the same scale; a float64 column narrows to float32 the same way).
+    Any other cast could succeed where the value-by-value build refuses (decimal -> text)."""
+    if have == want:
+        return True
+    if pa.types.is_integer(have) and pa.types.is_integer(want):
+        return bool(want.bit_width >= have.bit_width)
+    if pa.types.is_floating(have) and pa.types.is_floating(want):
+        return True
+    if pa.types.is_decimal(have) and pa.types.is_decimal(want):
+        return bool(have.scale == want.scale and want.precision >= have.precision)
+    return False
 
 
 def _find_unmappable(
