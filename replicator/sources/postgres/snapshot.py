@@ -16,8 +16,11 @@ between appear in both the snapshot (newer state) and the stream (older states, 
 newest), so a consumer that applies events in position order as upserts ('c'/'r'/'u' replace
 the row with that key, 'd' of a missing key is a no-op) ends at the right state.
 
-Resume. Tables are read one by one in a fixed order, each in primary-key order through a
-server-side cursor, ``snapshot_chunk_rows`` rows at a time. After each chunk the reader
+Resume. Tables are read one by one in a fixed order, each in key order,
+``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
+ORDER BY key LIMIT n) TO STDOUT`` per chunk, parsed into Arrow (``copy_chunks``; the events
+carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
+server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
 ``<state_dir>/postgres-<slot>.snapshot.json`` (atomically), stamped with the source's identity
