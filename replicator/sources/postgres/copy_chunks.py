@@ -107,7 +107,12 @@ class CopyLayout:
         """The chunk as Arrow: typed (engine Arrow types) or every column as text."""
         return pacsv.read_csv(
             io.BytesIO(data),
-            read_options=pacsv.ReadOptions(column_names=self.csv_names, use_threads=False),
+            # One block for the whole chunk: a value larger than a block (1 MiB by default)
+            # with newlines in values would not parse.
+            read_options=pacsv.ReadOptions(
+                column_names=self.csv_names, use_threads=False,
+                block_size=min(max(len(data) + 1, 1 << 20), (1 << 31) - 1),
+            ),  # fmt: skip
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=self._options(typed),
         )
@@ -155,9 +160,12 @@ def row_sizes(block: pa.Table, engine_types: Sequence[str]) -> pa.Array | None:
     return pc.add(total, others)
 
 
-def copy_layout(rel: RelState, key_columns: tuple[str, ...]) -> CopyLayout:
-    """The layout of a snapshot table from its relation mapping (``changes.build_rel``)."""
+def copy_layout(rel: RelState, key_columns: tuple[str, ...]) -> CopyLayout | None:
+    """The layout of a snapshot table from its relation mapping (``changes.build_rel``);
+    None (read row by row) when a column's name collides with the key text columns."""
     assert rel.rows is not None and rel.schema is not None
+    if any(n.startswith(KEY_TEXT_PREFIX) for n in rel.rows.names):
+        return None
     return CopyLayout(
         names=rel.rows.names,
         engine_types=tuple(c.type for c in rel.schema.columns),

@@ -227,8 +227,9 @@ class PostgresSource(ChangeSource):
             rel = self._snap_rels[t.qualified] = build_rel(
                 self._asm.mapper, t.qualified, cols, t.key_columns
             )
-            if self.snapshot_copy and t.key_columns:
-                reader.layouts[t.qualified] = copy_layout(rel, t.key_columns)
+            layout = copy_layout(rel, t.key_columns) if self.snapshot_copy else None
+            if layout is not None and t.key_columns:
+                reader.layouts[t.qualified] = layout
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,

@@ -186,3 +186,19 @@ def test_copy_snapshot_resumes_after_a_kill(sql: Sql, make_source: Make, tmp_pat
     assert all(e.position > part[-1].position for e in resumed)  # never skipped as committed
     every = {(e.after["a"], e.after["b"]): e.after["v"] for e in part + resumed if e.after}
     assert every == {(a, b): f"{a}/{b}" for a, b in keys}
+
+
+def test_values_larger_than_a_csv_block(sql: Sql, make_source: Make) -> None:
+    """A multi-megabyte value with newlines (pyarrow parses CSV in blocks of 1 MiB by
+    default) stays on the COPY path, and a big row reaches the TOAST row cache."""
+    big = ("x" * 1000 + "\n\"q\",\\") * 3000
+    sql("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    sql("INSERT INTO t VALUES (1, %s), (2, 'small'), (3, %s)", (big, big[::-1]))
+    src = make_source(snapshot_chunk_rows=10)
+    src.start(Checkpoints.at({}))
+    events: list[ChangeEvent] = []
+    while src.snapshot_in_progress:
+        events += list(src.poll())
+    assert all(isinstance(e.after, BlockRow) for e in events)
+    assert [(e.after or {})["v"] for e in events] == [big, "small", big[::-1]]
+    assert len(src._toast) == 2  # rows 1 and 3, as the row-by-row path caches them
