@@ -46,6 +46,34 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
+def _snapshot_paths(results: dict[str, Any]) -> list[str]:
+    """The Postgres snapshot read by COPY into Arrow (the default) beside the same snapshot
+    read row by row (``source.snapshot_copy: false``), same run, same table."""
+    r = results.get("postgres", {}).get("snapshot")
+    if not r or not r.get("snapshot") or not r.get("snapshot_rowwise"):
+        return []
+    fast, slow = r["snapshot"], r["snapshot_rowwise"]
+    rows = [[name, _f(e["events"]), f"{e['seconds']:.2f}", f"**{_f(e['rate'])}**",
+             f"{e['rate'] / slow['rate']:.2f}x", e["loadavg"]]
+            for name, e in (("COPY chunks -> Arrow (default)", fast),
+                            ("row by row (snapshot_copy: false)", slow))]  # fmt: skip
+    split_fast = dict(time_split(fast, "postgres", snapshot=True))
+    split_slow = dict(time_split(slow, "postgres", snapshot=True))
+    parts = [k for k in split_slow if k in split_fast]
+    split_rows = [[k, f"{split_fast[k]:.2f}", f"{split_slow[k]:.2f}"] for k in parts]
+    split_rows.append(["**wall**", f"**{fast['seconds']:.2f}**", f"**{slow['seconds']:.2f}**"])
+    return [
+        "### Initial snapshot: COPY into Arrow vs row by row (PostgreSQL)", "",
+        "The same table snapshotted twice in this run by two engines (own slots and "
+        "warehouses): chunks read by `COPY (SELECT ... ORDER BY key LIMIT n) TO STDOUT` into "
+        "Arrow, events carrying a view of the chunk and staging slicing its columns (the "
+        "default), and the previous row-by-row path. The row-by-row engine reads second "
+        "(table in the page cache).", "",
+        _table(["path", "rows", "seconds", "rows/s", "vs row by row", "load avg"], rows), "",
+        _table(["part (seconds)", "COPY", "row by row"], split_rows), "",
+    ]  # fmt: skip
+
+
 def time_split(e: dict[str, Any], kind: str, *, snapshot: bool = False) -> list[tuple[str, float]]:
     """The engine's wall time of a phase, split into parts that add up to it."""
     p = e["parts"]
@@ -335,6 +363,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
             md += [f"### {SOURCE_NAMES[kind]}", "", _table(header, rows), ""]
     if "throughput.png" in pngs:
         md += ["![throughput](throughput.png)", ""]
+    md += _snapshot_paths(results)
     # Time split
     md += ["## Where the time goes", "",
            "The engine is one thread: its wall time is the sum of these parts (seconds). Source "

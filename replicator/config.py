@@ -28,6 +28,10 @@ class SourceConfig(_Strict):
     )
     slot: str = "replicator"
     publication: str = "replicator"
+    snapshot_copy: bool = Field(
+        True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
+        "(false: row by row through a server-side cursor)",
+    )
     server_id: int = 4242
     zero_dates: Literal["null", "dead-letter"] = Field(
         "null",

@@ -19,6 +19,7 @@ from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from replicator.errors import TerminalError
+from replicator.events.block import BlockRow, RowBlock
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
@@ -65,6 +66,9 @@ def stage_events(
             dropped += 1
         else:
             live.append(ev)
+    fast = _build_from_blocks(live, columns, key_columns)
+    if fast is not None:
+        return StagedBatch(table=fast, events=len(live), dead_lettered=dropped)
     while True:
         # Fast path: build once. Only when a key is missing or a column does not convert is
         # the batch checked value by value to name (and dead-letter) the culprits.
@@ -238,6 +242,75 @@ def _build(events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], ke
         arrays.append(pa.array([a.get(name) if a is not None else None for a in afters], type=arrow_type(type_)))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _build_from_blocks(
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str]
+) -> pa.Table | None:
+    """``_build`` for a run of snapshot rows read as Arrow (``events.block``): every event
+    an 'r' whose ``after`` is a ``BlockRow``; the columns are slices of the blocks, cast to
+    the table's types. None (the caller builds value by value) for any other batch, or when
+    a key is null or a column does not cast (the value-by-value path names the culprit)."""
+    runs: list[list[Any]] = []  # [block, start, stop]
+    for ev in events:
+        a = ev.after
+        if ev.op is not Op.READ or a.__class__ is not BlockRow or ev.error is not None:
+            return None
+        assert isinstance(a, BlockRow)
+        last = runs[-1] if runs else None
+        if last is not None and last[0] is a.block and last[2] == a.index:
+            last[2] += 1
+        else:
+            runs.append([a.block, a.index, a.index + 1])
+    if not runs:
+        return None
+    n = len(events)
+    types = dict(columns)
+    arrays: list[pa.Array] = [
+        pa.array(range(n), type=pa.int64()),
+        pa.array(["r"] * n, type=pa.string()),
+    ]
+    names = [SEQ, OP]
+    for k in key_columns:
+        arrays.append(pa.nulls(n, type=arrow_type(types[k])))
+        names.append(before_key_column(k))
+    try:
+        for name, type_ in columns:
+            at = arrow_type(type_)
+            pieces = []
+            for block, start, stop in runs:
+                assert isinstance(block, RowBlock)
+                if block.has(name):
+                    col = block.table.column(name)
+                    if not _casts_like_values(col.type, at):
+                        return None
+                    pieces.append(pc.cast(col.slice(start, stop - start), at))
+                else:
+                    pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
+            col = pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
+            if name in key_columns and col.null_count:
+                return None
+            arrays.append(col)
+            names.append(name)
+    except _CONVERSION_ERRORS:
+        return None
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _casts_like_values(have: pa.DataType, want: pa.DataType) -> bool:
+    """Casting ``have`` to ``want`` gives what ``pa.array(values, want)`` gives from the
+    Python values: the same type, or an Iceberg promotion (int -> long, float -> double,
+    a wider decimal of the same scale; a float64 column narrows to float32 the same way).
+    Any other cast could succeed where the value-by-value build refuses (decimal -> text)."""
+    if have == want:
+        return True
+    if pa.types.is_integer(have) and pa.types.is_integer(want):
+        return bool(want.bit_width >= have.bit_width)
+    if pa.types.is_floating(have) and pa.types.is_floating(want):
+        return True
+    if pa.types.is_decimal(have) and pa.types.is_decimal(want):
+        return bool(have.scale == want.scale and want.precision >= have.precision)
+    return False
 
 
 def _find_unmappable(

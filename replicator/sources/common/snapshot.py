@@ -47,6 +47,12 @@ class _HasRows(Protocol):
     def rows(self) -> Sequence[Any]: ...
 
 
+def _size(chunk: Any) -> int:
+    """Rows in a chunk: ``len(chunk)`` when it says (a chunk read as Arrow has no ``rows``
+    list), else ``len(chunk.rows)``."""
+    return len(chunk) if hasattr(chunk, "__len__") else len(chunk.rows)
+
+
 C = TypeVar("C", bound=_HasRows)
 
 
@@ -66,17 +72,23 @@ class SnapshotCursor(Generic[C]):
 
     def next_row(self) -> tuple[C, int] | None:
         """The next row as (its chunk, its index in the chunk); None when all were read."""
+        got = self.next_rows(1)
+        return None if got is None else (got[0], got[1])
+
+    def next_rows(self, limit: int) -> tuple[C, int, int] | None:
+        """The next rows of one chunk as (chunk, start, stop), at most ``limit`` of them
+        (limit >= 1); None when all were read."""
         chunk = self._chunk
-        if chunk is None or self._pos >= len(chunk.rows):
+        while chunk is None or self._pos >= _size(chunk):
             chunk = self._chunk = next(self._chunks, None)
             self._pos = 0
             if chunk is None:
                 return None
-        i = self._pos
-        self._pos += 1
+        start = self._pos
+        stop = self._pos = min(_size(chunk), start + limit)
         if self._bar is not None:
-            self._bar.update(1)
-        return chunk, i
+            self._bar.update(stop - start)
+        return chunk, start, stop
 
     def close(self) -> None:
         self._chunk = None

@@ -16,8 +16,11 @@ between appear in both the snapshot (newer state) and the stream (older states, 
 newest), so a consumer that applies events in position order as upserts ('c'/'r'/'u' replace
 the row with that key, 'd' of a missing key is a no-op) ends at the right state.
 
-Resume. Tables are read one by one in a fixed order, each in primary-key order through a
-server-side cursor, ``snapshot_chunk_rows`` rows at a time. After each chunk the reader
+Resume. Tables are read one by one in a fixed order, each in key order,
+``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
+ORDER BY key LIMIT n) TO STDOUT`` per chunk, parsed into Arrow (``copy_chunks``; the events
+carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
+server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
 ``<state_dir>/postgres-<slot>.snapshot.json`` (atomically), stamped with the source's identity
@@ -35,10 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql as pgsql
 from psycopg.types.string import TextLoader
 
+from replicator.events.block import RowBlock
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
+from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout, row_sizes
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
@@ -66,6 +74,14 @@ class Chunk:
     key_indexes: tuple[int, ...]
     first_seq: int = 0
     boundary: Boundary | None = None
+    # Read by COPY (``copy_chunks``): the converted rows as Arrow (``rows`` is then empty
+    # unless the chunk had a value that does not convert: then only ``rows``, as text).
+    block: RowBlock | None = None
+    count: int = -1  # rows in the chunk (-1: len(rows))
+    big_rows: list[tuple[int, tuple[str | None, ...], int]] | None = None  # (row, text key, size)
+
+    def __len__(self) -> int:
+        return self.count if self.count >= 0 else len(self.rows)
 
 
 @dataclass
@@ -80,6 +96,10 @@ class SnapshotReader:
     last_key: tuple[str | None, ...] | None = None
     next_seq: int = 0
     boundaries: BoundaryLog = field(default_factory=BoundaryLog)
+    # table -> how COPY reads it; a table with a key and a layout is read by COPY chunks
+    # (``copy_chunks``), any other table through the server-side cursor.
+    layouts: dict[str, CopyLayout] = field(default_factory=dict)
+    big_row_chars: int = 1 << 62  # rows at least this big (approximately) are reported
 
     def begin(self, snapshot_name: str | None) -> int | None:
         """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
@@ -124,6 +144,11 @@ class SnapshotReader:
             # ONLY: inheritance children stream as their own relations; a partitioned root
             # (published via the root) must include its partitions.
             only = "" if t.relkind == "p" else "ONLY "
+            layout = self.layouts.get(t.qualified)
+            if key_cols and layout is not None:
+                yield from self._copy_chunks(t, layout, names, key_idx, only)
+                self._next_table()
+                continue
             sql = f"SELECT {', '.join(quote_ident(n) for n in names)} FROM {only}{t.sql}"
             params: list[Any] = []
             if key_cols:
@@ -147,9 +172,75 @@ class SnapshotReader:
                     chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
                     self.boundaries.append(chunk.boundary)
                     yield chunk
-            self.table_index += 1
-            self.last_key = None
-            self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+            self._next_table()
+
+    def _next_table(self) -> None:
+        self.table_index += 1
+        self.last_key = None
+        self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+
+    def _copy_chunks(
+        self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],
+        key_idx: tuple[int, ...], only: str,
+    ) -> Iterator[Chunk]:  # fmt: skip
+        """The table in key order, ``chunk_rows`` rows per ``COPY (SELECT ... WHERE key >
+        last ORDER BY key LIMIT n)``: each chunk is one statement of the same REPEATABLE READ
+        transaction, so the chunks together are exactly the snapshot's rows."""
+        key_cols = t.key_columns
+        q = quote_ident
+        select = ", ".join([
+            *(q(n) for n in names), *(f"{q(k)} AS {q(KEY_TEXT_PREFIX + k)}" for k in key_cols)
+        ])  # fmt: skip
+        order = ", ".join(q(k) for k in key_cols)
+        while True:
+            where = ""
+            if self.last_key is not None:
+                lits = ", ".join(pgsql.Literal(v).as_string(self.conn) for v in self.last_key)
+                where = f" WHERE ({order}) > ({lits})"
+            query = (
+                f"COPY (SELECT {select} FROM {only}{t.sql}{where} ORDER BY {order} "
+                f"LIMIT {int(self.chunk_rows)}) TO STDOUT (FORMAT csv)"
+            )
+            buf = bytearray()
+            with self.conn.cursor() as cur, cur.copy(query) as copy:
+                for data in copy:
+                    buf += data
+            if not buf:
+                return
+            chunk = self._copy_chunk(t, layout, names, key_idx, bytes(buf))
+            n = len(chunk)
+            self.next_seq += n
+            chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+            self.boundaries.append(chunk.boundary)
+            yield chunk
+            if n < self.chunk_rows:
+                return
+
+    def _copy_chunk(
+        self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],
+        key_idx: tuple[int, ...], data: bytes,
+    ) -> Chunk:  # fmt: skip
+        try:
+            parsed = layout.parse(data)
+            block = layout.engine_block(parsed)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, ArithmeticError):
+            # A value the vectorised parse refuses: the chunk goes row by row (as text),
+            # where the converters name the bad value and its row is dead-lettered.
+            parsed = layout.parse(data, typed=False)
+            rows = layout.text_rows(parsed)
+            self.last_key = tuple(rows[-1][i] for i in key_idx)
+            return Chunk(t, self.table_index, names, rows, key_idx, self.next_seq)
+        n = block.num_rows
+        self.last_key = layout.key_text(parsed, n - 1)
+        big: list[tuple[int, tuple[str | None, ...], int]] = []
+        sizes = row_sizes(block, layout.engine_types)
+        if sizes is not None:
+            for i in pc.indices_nonzero(pc.greater_equal(sizes, self.big_row_chars)).to_pylist():
+                big.append((i, layout.key_text(parsed, i), int(sizes[i].as_py())))
+        return Chunk(
+            t, self.table_index, names, [], key_idx, self.next_seq,
+            block=RowBlock(block), count=n, big_rows=big,
+        )  # fmt: skip
 
     def finish(self) -> None:
         if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
