@@ -59,12 +59,19 @@ class Maintainer:
     spark: Callable[[], Any] | None = None
     crash: Crash = no_crash
     _orphans_done: dict[str, float] = field(default_factory=dict)
+    # table -> (monotonic time its last conversion ended, how long it took): the pacing
+    _converted: dict[str, tuple[float, float]] = field(default_factory=dict)
     _turn: int = 0
 
     # ----------------------------------------------------------------- what is due
 
-    def due(self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None) -> list[str]:
-        """The kinds of step due on ``table``, in the order they must run."""
+    def due(
+        self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None,
+        paced: bool = False,
+    ) -> list[str]:
+        """The kinds of step due on ``table``, in the order they must run; ``paced`` (between
+        batches): conversion by count or for compaction's sake waits out
+        ``convert_max_time_share`` (``replicator maintain`` is not paced)."""
         h = health or table_health(table)
         out = []
         compaction = (
@@ -73,7 +80,9 @@ class Maintainer:
         )
         # Compaction needs a table without equality deletes: when it is due, so is the
         # conversion before it (else a steady stream of updates would starve compaction).
-        if self._conversion_due(h, now_ms) or (compaction and h.equality_delete_files and self.spark):
+        if self._conversion_due(h, now_ms, paced) or (
+            compaction and h.equality_delete_files and self.spark and self._paced_ok(h.identifier, paced)
+        ):
             out.append("conversion")
         if compaction and (h.equality_delete_files == 0 or out):
             out.append("compaction")
@@ -85,14 +94,24 @@ class Maintainer:
             out.append("orphans")
         return out
 
-    def _conversion_due(self, h: TableHealth, now_ms: int | None) -> bool:
+    def _conversion_due(self, h: TableHealth, now_ms: int | None, paced: bool = False) -> bool:
         if h.equality_delete_files == 0 or self.spark is None:
             return False
         by_count = self.cfg.convert_min_equality_delete_files
         by_age = self.cfg.convert_max_age_seconds
-        return (by_count > 0 and h.equality_delete_files >= by_count) or (
-            by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age
-        )
+        return (
+            by_count > 0 and h.equality_delete_files >= by_count and self._paced_ok(h.identifier, paced)
+        ) or (by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age)
+
+    def _paced_ok(self, table: str, paced: bool) -> bool:
+        """Whether enough time passed since ``table``'s last conversion: a conversion that took
+        ``d`` seconds is followed by at least ``d * (1 - share) / share`` seconds without one."""
+        last = self._converted.get(table)
+        if not paced or last is None:
+            return True
+        ended, took = last
+        share = self.cfg.convert_max_time_share
+        return time.monotonic() - ended >= took * (1 - share) / share
 
     # ----------------------------------------------------------------- one step
 
@@ -109,11 +128,13 @@ class Maintainer:
             conv = convert_equality_deletes(
                 self.spark(), table, max_files=CONVERSION_MAX_FILES, crash=self.crash
             )
+            self._converted[name] = (time.monotonic(), time.perf_counter() - t0)
             if conv.snapshot_id is not None:
                 table = table.refresh()
                 changed = True
                 detail = (f"{conv.equality_delete_files} equality-delete file(s) -> "
-                          f"{conv.position_delete_files} position-delete file(s), {conv.rows} row(s)")
+                          f"{conv.position_delete_files} position-delete file(s), {conv.rows} row(s), "
+                          f"found with {conv.path}")
         elif kind == "compaction":
             table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
                                   min_input_files=cfg.compact_min_input_files, crash=self.crash)
@@ -156,7 +177,7 @@ class Maintainer:
         for i in range(n):
             idx = (self._turn + i) % n
             converted = False
-            for kind in self.due(out[idx]):
+            for kind in self.due(out[idx], paced=True):
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
