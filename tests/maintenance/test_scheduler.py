@@ -76,6 +76,32 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     assert m.due(tables[0]) == []
 
 
+def test_conversion_by_count_is_paced_by_its_own_cost() -> None:
+    """A conversion that took d seconds is followed by d * (1 - share) / share seconds without
+    one by count (between batches only; the age trigger and ``replicator maintain`` are not
+    paced)."""
+    from replicator.maintenance.status import TableHealth
+
+    cfg = MaintenanceConfig.model_validate({"convert_min_equality_delete_files": 1,
+                                            "convert_max_age_seconds": 600, "convert_max_time_share": 0.25})
+    m = Maintainer(cfg, spark=lambda: None)
+    now_ms = int(time.time() * 1000)
+    h = TableHealth(identifier="cdc.t", snapshots=3, manifests=2, data_files=1, data_bytes=1,
+                    position_delete_files=0, equality_delete_files=1, oldest_equality_delete_ms=now_ms,
+                    last_maintenance=None, last_maintenance_ms=None)
+    assert m._conversion_due(h, now_ms, paced=True)  # never converted: due
+    m._converted["cdc.t"] = (time.monotonic(), 10.0)  # a 10 s conversion just ended
+    assert not m._conversion_due(h, now_ms, paced=True)  # 30 s must pass first
+    assert m._conversion_due(h, now_ms, paced=False)
+    old = now_ms - 601_000
+    assert m._conversion_due(TableHealth(**{**h.__dict__, "oldest_equality_delete_ms": old}), now_ms, paced=True)
+    m._converted["cdc.t"] = (time.monotonic() - 31, 10.0)
+    assert m._conversion_due(h, now_ms, paced=True)
+    m._converted["cdc.t"] = (time.monotonic(), 0.2)  # a cheap one: due again within a second
+    time.sleep(0.7)
+    assert m._conversion_due(h, now_ms, paced=True)
+
+
 def test_conversion_runs_right_before_a_due_compaction(tmp_path: Path, spark: Any) -> None:
     log = ChangeLog()
     mixed(log, random.Random(6), 80)
