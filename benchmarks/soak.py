@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"the engine died (exit {engine.returncode}); see {args.out / 'engine.log'}")
             if time.time() >= next_sample:
                 samples += _sample(cfg, t0)
-                next_sample += args.sample_seconds
+                next_sample = max(next_sample + args.sample_seconds, time.time())  # none to catch up
                 last = samples[-1]
                 print(f"  {last['t'] / 60:5.1f} min: {len(reader.batches)} batches, "
                       f"{last['manifests']} manifests, {last['metadata_bytes']:,} B metadata "
