@@ -37,6 +37,8 @@ KINDS = ("conversion", "compaction", "expiry", "orphans")
 ORPHANS_EVERY_SECONDS = 3600.0
 # Equality-delete files one conversion step converts (oldest first): a bounded step.
 CONVERSION_MAX_FILES = 64
+# Compaction's input trigger while the source is idle: one small file with deletes is enough.
+IDLE_COMPACT_MIN_INPUT_FILES = 1
 # run_all stops a table after this many steps (each step makes progress; a guard only).
 MAX_STEPS_PER_TABLE = 1000
 
@@ -67,17 +69,22 @@ class Maintainer:
 
     def due(
         self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None,
-        paced: bool = False,
+        paced: bool = False, idle: bool = False,
     ) -> list[str]:
         """The kinds of step due on ``table``, in the order they must run; ``paced`` (between
         batches): conversion by count or for compaction's sake waits out
-        ``convert_max_time_share`` (``replicator maintain`` is not paced)."""
+        ``convert_max_time_share`` (``replicator maintain`` is not paced); ``idle`` (the
+        source is quiet): compaction takes any table not yet compacted to one file per target
+        size without deletes, as nothing competes for the time."""
         h = health or table_health(table)
         out = []
-        compaction = (
-            h.data_files >= self.cfg.compact_min_input_files
-            or h.position_delete_files >= self.cfg.compact_min_input_files
-        )
+        if idle:
+            compaction = h.data_files >= 2 or h.position_delete_files + h.equality_delete_files > 0
+        else:
+            compaction = (
+                h.data_files >= self.cfg.compact_min_input_files
+                or h.position_delete_files >= self.cfg.compact_min_input_files
+            )
         # Compaction needs a table without equality deletes: when it is due, so is the
         # conversion before it (else a steady stream of updates would starve compaction).
         if self._conversion_due(h, now_ms, paced) or (
@@ -115,8 +122,9 @@ class Maintainer:
 
     # ----------------------------------------------------------------- one step
 
-    def step(self, table: Table, kind: str) -> tuple[Table, StepReport]:
-        """Run one step of ``kind``; returns the (possibly refreshed) table and a report."""
+    def step(self, table: Table, kind: str, *, idle: bool = False) -> tuple[Table, StepReport]:
+        """Run one step of ``kind``; returns the (possibly refreshed) table and a report.
+        ``idle``: compaction takes even one small file with deletes, or two small files."""
         name = ".".join(table.name())
         t0 = time.perf_counter()
         changed, detail = False, "nothing to do"
@@ -137,7 +145,8 @@ class Maintainer:
                           f"found with {conv.path}")
         elif kind == "compaction":
             table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
-                                  min_input_files=cfg.compact_min_input_files, crash=self.crash)
+                                  min_input_files=IDLE_COMPACT_MIN_INPUT_FILES if idle else cfg.compact_min_input_files,
+                                  crash=self.crash)
             if comp.snapshot_id is not None:
                 changed = True
                 detail = (f"{comp.data_files_removed} data + {comp.delete_files_removed} "
@@ -164,11 +173,12 @@ class Maintainer:
     # ----------------------------------------------------------------- slices
 
     def run_slice(
-        self, tables: Sequence[Table], *, budget_seconds: float | None = None
+        self, tables: Sequence[Table], *, budget_seconds: float | None = None, idle: bool = False
     ) -> tuple[list[Table], list[StepReport]]:
         """Each due step of each table at most once, in order, while the time budget lasts
         (checked before every step; tables take turns at going first). Returns the tables
-        (refreshed where changed, same order) and what was done."""
+        (refreshed where changed, same order) and what was done. ``idle``: the source is quiet
+        (see ``due``)."""
         budget = self.cfg.slice_seconds if budget_seconds is None else budget_seconds
         start = time.monotonic()
         out = list(tables)
@@ -177,14 +187,14 @@ class Maintainer:
         for i in range(n):
             idx = (self._turn + i) % n
             converted = False
-            for kind in self.due(out[idx], paced=True):
+            for kind in self.due(out[idx], paced=True, idle=idle):
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
                     break
                 if kind == "compaction" and table_health(out[idx]).equality_delete_files:
                     continue  # the conversion before it did not finish them all
-                out[idx], report = self.step(out[idx], kind)
+                out[idx], report = self.step(out[idx], kind, idle=idle)
                 reports.append(report)
                 converted = kind == "conversion" and report.changed
         self._turn = (self._turn + 1) % max(n, 1)

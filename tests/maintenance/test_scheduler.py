@@ -61,7 +61,7 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     log = ChangeLog()
     in_batch_churn(log, random.Random(2), 30)
     feed(tmp_path, "0001.jsonl", log)
-    cfg = config(tmp_path, max_events=8)
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})  # the test's own Maintainer only
     run(cfg)
     t = table(cfg)
     m = Maintainer(MaintenanceConfig.model_validate(EAGER))
@@ -74,6 +74,31 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     assert [r.kind for r in reports] == ["compaction", "expiry", "orphans"]
     assert [r.changed for r in reports] == [True, True, False]  # nothing old enough to remove
     assert m.due(tables[0]) == []
+
+
+def test_idle_slice_compacts_below_the_busy_trigger(tmp_path: Path) -> None:
+    """While batches come, compaction waits for compact_min_input_files; when the source is
+    idle, a slice compacts any table not yet one file without deletes."""
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(3), 4)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
+    run(cfg)
+    t = table(cfg)
+    h = table_health(t)
+    assert 2 <= h.data_files < 8 and h.position_delete_files >= 1
+    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
+    assert "compaction" not in m.due(t)
+    assert "compaction" in m.due(t, idle=True)
+    tables, reports = m.run_slice([t], idle=True)
+    assert [r.kind for r in reports if r.changed][:1] == ["compaction"]
+    h = table_health(tables[0])
+    assert (h.data_files, h.position_delete_files, h.equality_delete_files) == (1, 0, 0)
+    assert "compaction" not in m.due(tables[0], idle=True)
+    expected = log.expected_rows()
+    assert spark_rows(tables[0].metadata_location, ["id"]) == expected
+    assert duckdb_rows(tables[0].metadata_location, ["id"]) == expected
+    assert pyiceberg_rows(tables[0]) == expected
 
 
 def test_conversion_by_count_is_paced_by_its_own_cost() -> None:
