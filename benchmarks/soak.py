@@ -96,8 +96,9 @@ def _sample(cfg_path: Path, t0: float) -> list[dict[str, Any]]:
 
 
 class ReadProbe:
-    """Spark ``count(*)`` and a point lookup on each replicated table vs a compacted copy of
-    the same rows (the same snapshot, rewritten as one fresh Iceberg table), measured fairly:
+    """Spark ``count(*)`` and a point lookup on each replicated table (its current snapshot at
+    each run: the engine keeps committing) vs a compacted copy of the same rows (the snapshot
+    current at the point's start, rewritten as one fresh Iceberg table), measured fairly:
     both tables warmed first, then ``rounds`` alternating runs (replicated, copy, replicated,
     ...), the median of each. One Spark session (its own JVM) for the whole soak, so every
     point sees an equally warm JVM. Each point also records the table's files at that moment.
@@ -126,16 +127,25 @@ class ReadProbe:
             if head is None:
                 continue
             h = table_health(table)
-            loc, snap, name = table.metadata_location, str(head.snapshot_id), table.name()[-1]
+            name = table.name()[-1]
 
-            def replicated(loc: str = loc, snap: str = snap) -> Any:
-                return spark.read.format("iceberg").option("snapshot-id", snap).load(loc)
+            def replicated(table: Any = table) -> Any:
+                """The table as a reader finds it now: the engine goes on committing (and
+                cleaning old metadata files and expired snapshots) meanwhile."""
+                for attempt in range(5):
+                    try:
+                        return spark.read.format("iceberg").load(table.refresh().metadata_location)
+                    except Exception:
+                        if attempt == 4:
+                            raise
+                        time.sleep(0.2)
+                return None
 
             def copy(name: str = name) -> Any:
                 return spark.table(f"soakcopy.db.{name}")
 
-            replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
-                "format-version", "2").createOrReplace()
+            self._retry(lambda name=name: replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
+                "format-version", "2").createOrReplace())
             spark.sql(f"REFRESH TABLE soakcopy.db.{name}")
             key_row = copy().selectExpr("min(id)").first()
             key = int(key_row[0]) if key_row and key_row[0] is not None else 1
@@ -144,9 +154,9 @@ class ReadProbe:
             for i in range(self.rounds + 1):  # round 0 warms both and is not counted
                 for label, load in (("", replicated), ("copy_", copy)):
                     t0 = time.perf_counter()
-                    n = load().count()
+                    n = self._retry(lambda load=load: load().count())
                     t1 = time.perf_counter()
-                    load().where(f"id = {key}").collect()
+                    self._retry(lambda load=load, key=key: load().where(f"id = {key}").collect())
                     t2 = time.perf_counter()
                     if i:
                         times[label + "count"].append(t1 - t0)
@@ -164,6 +174,18 @@ class ReadProbe:
                 "equality_delete_files": h.equality_delete_files,
             })  # fmt: skip
         return out
+
+    @staticmethod
+    def _retry(fn: Any) -> Any:
+        """A query of the live table can lose a race with the engine's expiry (a file of the
+        snapshot it planned is gone): run it again (rare; the failed run's time counts too)."""
+        for attempt in range(5):
+            try:
+                return fn()
+            except Exception:
+                if attempt == 4:
+                    raise
+        return None
 
     def stop(self) -> None:
         self.spark.stop()
