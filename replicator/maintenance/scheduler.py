@@ -9,6 +9,11 @@ to back, with no batch between them: a batch would bring new equality deletes, a
 compaction needs a table without any. ``run_all`` (``replicator maintain``) runs every
 due step of a table until nothing is due.
 
+Between batches the count trigger of conversion is paced by the last conversion's own
+duration (``convert_max_time_share``: a cheap in-process conversion may run every slice, a
+long Spark one is spaced out); when the source is idle (everything read is committed), a
+slice compacts any table that is not yet one file without deletes.
+
 Order matters: compaction only runs on a table without equality deletes (so right after a
 conversion), and expiry/orphan cleanup then free what the rewrites made unreferenced.
 """
