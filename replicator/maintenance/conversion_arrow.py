@@ -31,7 +31,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.types import IntegerType, LongType, NestedField, PrimitiveType
+from pyiceberg.types import IntegerType, LongType, NestedField
 
 __all__ = ["LOCAL_MAX_ROWS", "candidate_data_files", "local_positions"]
 
@@ -128,9 +128,13 @@ def _may_hold(data_file: DataFile, field: NestedField, keys: pa.ChunkedArray) ->
     if lower is None or upper is None:
         return True
     ftype = field.field_type
-    if not isinstance(ftype, PrimitiveType):
+    if not isinstance(ftype, (IntegerType, LongType)):
         return True
-    low, high = from_bytes(ftype, lower), from_bytes(ftype, upper)
+    if len(lower) != len(upper) or len(lower) not in (4, 8):
+        return True
+    # Bounds written while the column was an int read as one (int -> long promotion).
+    kind = ftype if len(lower) == 8 else IntegerType()
+    low, high = from_bytes(kind, lower), from_bytes(kind, upper)
     span = pc.min_max(keys)
     kmin, kmax = span["min"].as_py(), span["max"].as_py()
     if kmin is None or kmax is None:
