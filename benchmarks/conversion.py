@@ -3,7 +3,8 @@
 The real engine (Spark apply, Debezium JSON file source) loads ``--rows`` rows, then applies
 ``--batches`` batches of ``--updates`` updates of random existing keys each: every update of a
 row from an earlier batch is an equality delete, so each batch leaves one equality-delete file.
-Then ``convert_equality_deletes`` turns them all into position deletes in one snapshot. Spark
+Then ``convert_equality_deletes`` turns them all into position deletes in one snapshot, with
+``--path`` spark (forced), arrow (in this process) or both (the same tables each way). Spark
 ``count(*)`` is timed before and after (best of three). Prints one JSON document.
 
     .venv/bin/python -m benchmarks.conversion --rows 200000 --batches 8 --updates 20000
@@ -41,6 +42,7 @@ def _config(root: Path, max_events: int) -> RunConfig:
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"},
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
+        "maintenance": {"enabled": False},  # conversion is what is under test, run by hand
     }
     path = root / "replicator.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -70,7 +72,7 @@ def _count_best(spark: Any, location: str, repeat: int = 3) -> float:
     return best
 
 
-def _round(spark: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+def _round(spark: Any, args: argparse.Namespace, seed: int, local_max_rows: int) -> dict[str, Any]:
     """Build one table with the engine and convert its equality deletes; the numbers."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,11 +90,12 @@ def _round(spark: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         table = open_catalog(_config(root, 1).iceberg).load_table("cdc.items")
         count_before = _count_best(spark, table.metadata_location)
         started = time.perf_counter()
-        result = convert_equality_deletes(spark, table)
+        result = convert_equality_deletes(spark, table, local_max_rows=local_max_rows)
         convert_seconds = time.perf_counter() - started
         count_after = _count_best(spark, table.metadata_location)
     mean_batch = sum(batch_seconds) / len(batch_seconds)
     return {
+        "path": result.path,
         "load_seconds": round(load_seconds, 2),
         "batch_seconds": [round(s, 2) for s in batch_seconds],
         "equality_delete_files": result.equality_delete_files,
@@ -114,23 +117,20 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--updates", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--path", choices=["spark", "arrow", "both"], default="both",
+                        help="how positions are found: Spark, Arrow in this process, or both (same tables)")
     args = parser.parse_args()
     spark = get_spark("conversion-bench")
-    # Round 1 is the first conversion of the Spark session (class loading, JIT of Iceberg's
-    # delete-marking read path); round 2 is what a long-running engine sees afterwards.
-    rounds = [_round(spark, args, args.seed + i) for i in range(2)]
-    print(
-        json.dumps(
-            {
-                "rows": args.rows,
-                "batches": args.batches,
-                "updates_per_batch": args.updates,
-                "first_conversion_in_session": rounds[0],
-                "steady_state": rounds[1],
-            },
-            indent=2,
-        )
-    )
+    out: dict[str, Any] = {"rows": args.rows, "batches": args.batches, "updates_per_batch": args.updates}
+    paths = ["spark", "arrow"] if args.path == "both" else [args.path]
+    for path in paths:
+        limit = -1 if path == "spark" else 2**62
+        # Round 1 is the first conversion of the Spark session (class loading, JIT of Iceberg's
+        # delete-marking read path); round 2 is what a long-running engine sees afterwards.
+        # Same seeds for both paths: the same tables.
+        rounds = [_round(spark, args, args.seed + i, limit) for i in range(2)]
+        out[path] = {"first_conversion_in_session": rounds[0], "steady_state": rounds[1]}
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

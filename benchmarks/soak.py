@@ -8,8 +8,10 @@ A private Postgres gets 2 tables (mixed workload: inserts, updates, deletes, tra
 engine (``replicator run``, default config, its own Spark) replicates them. Every
 ``--sample-seconds`` the parent records, per table: snapshots, manifests of the head,
 metadata.json size, data/delete files. Batch wall times come from the engine's log lines.
-At the end (engine caught up, then stopped): ``replicator diff`` (must say equal), Spark
-``count(*)`` and a point lookup on the replicated tables vs a compacted copy of the same rows.
+At the end (engine caught up, then stopped): ``replicator diff`` (must say equal). Every
+``--read-every`` minutes and at the end: Spark ``count(*)`` and a point lookup on the
+replicated tables vs a compacted copy of the same snapshot (``ReadProbe``: warmed, alternating,
+medians), reported as the worst and the end ratio.
 
 Writes ``soak.json``, ``SOAK.md`` and ``soak.png`` (needs matplotlib) into ``--out``.
 The verdict follows issue 9: batch wall time in the last window <= 1.2x the first window
@@ -93,35 +95,100 @@ def _sample(cfg_path: Path, t0: float) -> list[dict[str, Any]]:
     return out
 
 
-def _read_costs(cfg_path: Path, root: Path) -> list[dict[str, Any]]:
-    from benchmarks.readcost import measure
-    from replicator.config import load_config
-    from replicator.iceberg.cuts import replicated_tables
-    from replicator.iceberg.tables import open_catalog
-    from spark.session import configure_iceberg_catalog, get_spark
+class ReadProbe:
+    """Spark ``count(*)`` and a point lookup on each replicated table (its current snapshot at
+    each run: the engine keeps committing) vs a compacted copy of the same rows (the snapshot
+    current at the point's start, rewritten as one fresh Iceberg table), measured fairly:
+    both tables warmed first, then ``rounds`` alternating runs (replicated, copy, replicated,
+    ...), the median of each. One Spark session (its own JVM) for the whole soak, so every
+    point sees an equally warm JVM. Each point also records the table's files at that moment.
+    """
 
-    spark = get_spark("soak-reader")
-    cfg = load_config(cfg_path)
-    configure_iceberg_catalog(spark, "soakcopy", {"type": "hadoop", "warehouse": (root / "copy").as_uri()})
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS soakcopy.db")
-    out = []
-    for t in replicated_tables(open_catalog(cfg.iceberg), cfg.iceberg.namespace):
-        loc = t.metadata_location
-        name = t.name()[-1]
+    def __init__(self, cfg_path: Path, root: Path, rounds: int = 5) -> None:
+        from spark.session import configure_iceberg_catalog, get_spark
 
-        def replicated(loc: str = loc) -> Any:
-            return spark.read.format("iceberg").load(loc)
+        self.cfg_path, self.rounds = cfg_path, rounds
+        self.spark = get_spark("soak-reader")
+        configure_iceberg_catalog(self.spark, "soakcopy", {"type": "hadoop",
+                                                           "warehouse": (root / "copy").as_uri()})
+        self.spark.sql("CREATE NAMESPACE IF NOT EXISTS soakcopy.db")
 
-        key_row = replicated().selectExpr("max(id)").first()
-        key = int(key_row[0]) if key_row and key_row[0] is not None else 1
-        rep = measure(spark, "replicated", replicated, key)
-        replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
-            "format-version", "2").createOrReplace()
-        comp = measure(spark, "compacted copy", lambda name=name: spark.table(f"soakcopy.db.{name}"), key)
-        out.append({"table": ".".join(t.name()), "rows": rep.rows,
-                    "count_seconds": rep.count_best, "lookup_seconds": rep.lookup_best,
-                    "copy_count_seconds": comp.count_best, "copy_lookup_seconds": comp.lookup_best})
-    return out
+    def measure(self, t: float) -> list[dict[str, Any]]:
+        from replicator.config import load_config
+        from replicator.iceberg.cuts import replicated_tables
+        from replicator.iceberg.tables import open_catalog
+        from replicator.maintenance.status import table_health
+
+        spark = self.spark
+        cfg = load_config(self.cfg_path)
+        out = []
+        for table in replicated_tables(open_catalog(cfg.iceberg), cfg.iceberg.namespace):
+            head = table.current_snapshot()
+            if head is None:
+                continue
+            h = table_health(table)
+            name = table.name()[-1]
+
+            def replicated(table: Any = table) -> Any:
+                """The table as a reader finds it now: the engine goes on committing (and
+                cleaning old metadata files and expired snapshots) meanwhile."""
+                for attempt in range(5):
+                    try:
+                        return spark.read.format("iceberg").load(table.refresh().metadata_location)
+                    except Exception:
+                        if attempt == 4:
+                            raise
+                        time.sleep(0.2)
+                return None
+
+            def copy(name: str = name) -> Any:
+                return spark.table(f"soakcopy.db.{name}")
+
+            self._retry(lambda name=name: replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
+                "format-version", "2").createOrReplace())
+            spark.sql(f"REFRESH TABLE soakcopy.db.{name}")
+            key_row = copy().selectExpr("min(id)").first()
+            key = int(key_row[0]) if key_row and key_row[0] is not None else 1
+            times: dict[str, list[float]] = {k: [] for k in ("count", "copy_count", "lookup", "copy_lookup")}
+            rows = 0
+            for i in range(self.rounds + 1):  # round 0 warms both and is not counted
+                for label, load in (("", replicated), ("copy_", copy)):
+                    t0 = time.perf_counter()
+                    n = self._retry(lambda load=load: load().count())
+                    t1 = time.perf_counter()
+                    self._retry(lambda load=load, key=key: load().where(f"id = {key}").collect())
+                    t2 = time.perf_counter()
+                    if i:
+                        times[label + "count"].append(t1 - t0)
+                        times[label + "lookup"].append(t2 - t1)
+                    if not label:
+                        rows = n
+            med = {k: statistics.median(v) for k, v in times.items()}
+            out.append({
+                "t": t, "table": ".".join(table.name()), "rows": rows,
+                "count_seconds": med["count"], "copy_count_seconds": med["copy_count"],
+                "lookup_seconds": med["lookup"], "copy_lookup_seconds": med["copy_lookup"],
+                "count_ratio": med["count"] / max(med["copy_count"], 1e-9),
+                "lookup_ratio": med["lookup"] / max(med["copy_lookup"], 1e-9),
+                "data_files": h.data_files, "position_delete_files": h.position_delete_files,
+                "equality_delete_files": h.equality_delete_files,
+            })  # fmt: skip
+        return out
+
+    @staticmethod
+    def _retry(fn: Any) -> Any:
+        """A query of the live table can lose a race with the engine's expiry (a file of the
+        snapshot it planned is gone): run it again (rare; the failed run's time counts too)."""
+        for attempt in range(5):
+            try:
+                return fn()
+            except Exception:
+                if attempt == 4:
+                    raise
+        return None
+
+    def stop(self) -> None:
+        self.spark.stop()
 
 
 def _window(values: list[tuple[float, float]], start: float, end: float) -> float | None:
@@ -150,9 +217,12 @@ def _verdict(res: dict[str, Any]) -> dict[str, Any]:
                 "metadata_bytes_max_second_half": max(s["metadata_bytes"] for s in mid),
                 "metadata_bytes_last": warm[-1]["metadata_bytes"],
             }
-    reads = {r["table"]: {"count_ratio": r["count_seconds"] / max(r["copy_count_seconds"], 1e-9),
-                          "lookup_ratio": r["lookup_seconds"] / max(r["copy_lookup_seconds"], 1e-9)}
-             for r in res.get("reads", [])}  # fmt: skip
+    reads: dict[str, dict[str, float]] = {}
+    for r in res.get("reads", []):
+        worst = reads.setdefault(r["table"], {"count_worst": 0.0, "lookup_worst": 0.0})
+        worst["count_worst"] = max(worst["count_worst"], r["count_ratio"])
+        worst["lookup_worst"] = max(worst["lookup_worst"], r["lookup_ratio"])
+        worst["count_end"], worst["lookup_end"] = r["count_ratio"], r["lookup_ratio"]
     return {"window_seconds": win, "batch_seconds_first": first, "batch_seconds_last": last,
             "batch_ratio": (last / first) if first and last else None, "flat": flat, "reads": reads}
 
@@ -210,13 +280,21 @@ def _report(res: dict[str, Any], out: Path) -> str:
         lines.append(f"| {t} | {f['manifests_max_after_warmup']} | {f['manifests_last']} | "
                      f"{f['metadata_bytes_after_warmup']:,} | {f['metadata_bytes_max_second_half']:,} | "
                      f"{f['metadata_bytes_last']:,} |")
-    lines += ["", "| table | rows | count(*) s | copy count(*) s | ratio | lookup s | copy lookup s | ratio |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "Reads (Spark, replicated table vs a compacted copy of the same snapshot; both warmed, "
+              f"then {res.get('read_rounds', '?')} alternating runs, medians; target <= 1.2). Worst and end "
+              "ratio per table:", "",
+              "| table | count(*) worst | count(*) end | lookup worst | lookup end |", "| --- | --- | --- | --- | --- |"]
+    for t, rr in v["reads"].items():
+        lines.append(f"| {t} | {rr['count_worst']:.2f} | {rr['count_end']:.2f} | {rr['lookup_worst']:.2f} | "
+                     f"{rr['lookup_end']:.2f} |")
+    lines += ["", "Every read point (min: minutes into the soak; files: data / position / equality deletes):", "",
+              "| min | table | rows | files | count(*) s | copy s | ratio | lookup s | copy s | ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in res.get("reads", []):
-        rr = v["reads"][r["table"]]
-        lines.append(f"| {r['table']} | {r['rows']:,} | {r['count_seconds']:.3f} | {r['copy_count_seconds']:.3f} | "
-                     f"{rr['count_ratio']:.2f} | {r['lookup_seconds']:.3f} | {r['copy_lookup_seconds']:.3f} | "
-                     f"{rr['lookup_ratio']:.2f} |")
+        lines.append(f"| {r['t'] / 60:.1f} | {r['table']} | {r['rows']:,} | {r['data_files']}/"
+                     f"{r['position_delete_files']}/{r['equality_delete_files']} | {r['count_seconds']:.3f} | "
+                     f"{r['copy_count_seconds']:.3f} | {r['count_ratio']:.2f} | {r['lookup_seconds']:.3f} | "
+                     f"{r['copy_lookup_seconds']:.3f} | {r['lookup_ratio']:.2f} |")
     lines += ["", "Health at the end (per table):", ""]
     for s in res["final"]:
         lines.append(f"- {s['table']}: {s['snapshots']} snapshots, {s['manifests']} manifests, "
@@ -235,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=1000.0, help="offered events/s")
     p.add_argument("--sample-seconds", type=float, default=15.0)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
+    p.add_argument("--read-every", type=float, default=5.0,
+                   help="minutes between read-cost points during the soak (0: only at the end); points "
+                   "fall outside the first and last batch-time windows")
+    p.add_argument("--read-rounds", type=int, default=5, help="alternating timed runs per read point")
     p.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = p.parse_args(argv)
 
@@ -260,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             W.PgApplier(conn, w).create()
         cfg = _engine_config(root, pg.dsn)
+        # The reader's Spark starts before the soak's clock (its start-up must not load the
+        # first batch-time window).
+        probe = ReadProbe(cfg, root, args.read_rounds)
+        res["read_rounds"] = args.read_rounds
+        win = min(300.0, seconds / 3)
+        every = args.read_every * 60
+        read_at = [k * every for k in range(1, int(seconds / every) + 1) if k * every < seconds - win] if every else []
+        reads: list[dict[str, Any]] = []
         t0 = time.time()
         engine = subprocess.Popen(
             [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg)],
@@ -285,11 +375,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"the engine died (exit {engine.returncode}); see {args.out / 'engine.log'}")
             if time.time() >= next_sample:
                 samples += _sample(cfg, t0)
-                next_sample += args.sample_seconds
+                next_sample = max(next_sample + args.sample_seconds, time.time())  # none to catch up
                 last = samples[-1]
                 print(f"  {last['t'] / 60:5.1f} min: {len(reader.batches)} batches, "
                       f"{last['manifests']} manifests, {last['metadata_bytes']:,} B metadata "
                       f"({last['table']})", flush=True)
+            if read_at and time.time() - t0 >= read_at[0]:
+                read_at.pop(0)
+                reads += probe.measure(time.time() - t0)
+                print("  reads: " + ", ".join(f"{r['table']} count x{r['count_ratio']:.2f} lookup "
+                                              f"x{r['lookup_ratio']:.2f}" for r in reads[-2:]), flush=True)
             time.sleep(1)
         writer.join()
         res["seconds"] = time.time() - t0
@@ -309,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         res["batches"] = reader.batches
         res["samples"] = samples
         res["final"] = _sample(cfg, t0)
-        res["reads"] = _read_costs(cfg, root)
+        res["reads"] = reads + probe.measure(time.time() - t0)
+        probe.stop()
         res["load"] = load_average()
     res["verdict"] = _verdict(res)
     (args.out / "soak.json").write_text(json.dumps(res, indent=1, default=str))

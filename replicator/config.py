@@ -260,18 +260,36 @@ class MaintenanceConfig(_Strict):
     once): equality deletes -> position deletes, compaction, snapshot expiry, orphan files."""
 
     enabled: bool = Field(True, description="run maintenance between batches")
-    # Conversion is due when EITHER trigger fires (0 disables that trigger).
+    # Conversion is due when EITHER trigger fires (0 disables that trigger), paced by
+    # convert_max_time_share. Defaults (issue 9, steady 1,000 events/s from Postgres): every
+    # pending equality-delete file makes every reader load its keys and test every older row,
+    # so they are converted at the first slice that sees one. That is cheap for the usual
+    # input: the few thousand keys a handful of batches leave, matched in this process against
+    # the key columns of the data files they can reach (well under a second); a table whose
+    # candidate data files exceed conversion_arrow.LOCAL_MAX_ROWS rows goes to Spark (tens of
+    # seconds), and the pacing then spaces its conversions out.
     convert_min_equality_delete_files: int = Field(
-        8, ge=0, description="convert once a table has this many equality-delete files (0: never by count)"
+        1, ge=0, description="convert once a table has this many equality-delete files (0: never by count); "
+        "1: at the first slice that sees one (reads stay cheap; paced by convert_max_time_share)"
     )
     convert_max_age_seconds: float = Field(
-        600.0, ge=0, description="convert once the oldest equality delete is this old (0: never by age)"
+        600.0, ge=0, description="convert once the oldest equality delete is this old (0: never by age; "
+        "not paced)"
     )
+    convert_max_time_share: float = Field(
+        0.25, gt=0, le=1,
+        description="the count trigger waits until the time since a table's last conversion is at "
+        "least (1 - share) / share times that conversion's duration, so conversion takes at most about "
+        "this share of the engine's time (a 0.2 s conversion may run every slice, a 40 s Spark one every "
+        "2 minutes at 0.25)",
+    )  # fmt: skip
     compact_target_file_bytes: int = Field(
         128 * 1024 * 1024, gt=0, description="size compaction aims for per data file"
     )
     compact_min_input_files: int = Field(
-        8, ge=2, description="compact once this many small data files (or files with deletes) exist"
+        4, ge=2, description="compact once this many small data files (or files with deletes) exist; "
+        "each batch adds a data file and often a position-delete file, and readers pay per file, so a "
+        "low trigger keeps reads near a compacted table's (each step reads at most 4 target sizes)"
     )
     snapshots_keep: int = Field(
         20, ge=1, description="always keep at least this many newest snapshots of main"
@@ -286,10 +304,12 @@ class MaintenanceConfig(_Strict):
         "must never lose its files: keep it far above the longest batch)",
     )
     slice_seconds: float = Field(
-        10.0, gt=0, description="time budget of one maintenance slice between batches"
+        10.0, gt=0, description="time budget of one maintenance slice between batches (checked before "
+        "each step; a conversion and the compaction right after it count as one)"
     )
     every_seconds: float = Field(
-        10.0, ge=0, description="look for due maintenance at most this often between batches"
+        5.0, ge=0, description="look for due maintenance at most this often between batches: with "
+        "batches every few seconds, every other batch or so, so files do not pile up between slices"
     )
 
     @model_validator(mode="after")

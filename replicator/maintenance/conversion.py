@@ -7,7 +7,9 @@ names them by position:
 
 1. plan (pyiceberg, the head's manifests): the live equality-delete files, oldest first (at most
    ``max_files``), and the data sequence number of every live data file;
-2. Spark: the rows the head deletes, read with Iceberg's ``_file``/``_pos`` metadata columns
+2. the rows the converted deletes hit, found in this process with Arrow when the data files
+   they can reach are small enough (``replicator.maintenance.conversion_arrow``: key columns
+   of those files only), else with Spark: the rows the head deletes, read with Iceberg's ``_file``/``_pos`` metadata columns
    where ``_deleted`` (selecting ``_deleted`` makes Iceberg return deleted rows too, flagged,
    instead of dropping them; rows our equality deletes hit are among them), joined with each
    data file's sequence number and with the delete keys, each key carrying the highest sequence
@@ -43,13 +45,24 @@ from dataclasses import dataclass
 from functools import partial, reduce
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 
 from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
-from spark.file_writer import WRITTEN_FILE_DDL, WriterSpec, write_position_delete_partition
+from replicator.maintenance.conversion_arrow import (
+    LOCAL_MAX_ROWS,
+    candidate_data_files,
+    local_positions,
+)
+from spark.file_writer import (
+    WRITTEN_FILE_DDL,
+    TableFileWriter,
+    WriterSpec,
+    write_position_delete_partition,
+)
 from spark.object_storage import configure_spark, file_io_properties
 
 if TYPE_CHECKING:
@@ -71,6 +84,7 @@ class ConversionResult:
     position_delete_files: int  # added
     rows: int  # positions written
     snapshot_id: int | None  # None: nothing to do
+    path: str = ""  # where the positions were found: "arrow" (this process) or "spark"
 
 
 NOTHING = ConversionResult(0, 0, 0, None)
@@ -80,7 +94,11 @@ NOTHING = ConversionResult(0, 0, 0, None)
 class _Plan:
     snapshot_id: int
     equality_deletes: list[tuple[DataFile, int]]  # (file, data sequence number), oldest first
-    data_sequence: dict[str, int]  # live data file path -> data sequence number
+    data_files: list[tuple[DataFile, int]]  # live data files, with their data sequence numbers
+
+    @property
+    def data_sequence(self) -> dict[str, int]:
+        return {f.file_path: seq for f, seq in self.data_files}
 
 
 def plan_conversion(table: Table, max_files: int | None = None) -> _Plan | None:
@@ -89,7 +107,7 @@ def plan_conversion(table: Table, max_files: int | None = None) -> _Plan | None:
     if head is None:
         return None
     equality: list[tuple[DataFile, int]] = []
-    data_sequence: dict[str, int] = {}
+    data_files: list[tuple[DataFile, int]] = []
     for manifest in head.manifests(table.io):
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             seq = entry.sequence_number
@@ -98,13 +116,13 @@ def plan_conversion(table: Table, max_files: int | None = None) -> _Plan | None:
             if entry.data_file.content == DataFileContent.EQUALITY_DELETES:
                 equality.append((entry.data_file, seq))
             elif entry.data_file.content == DataFileContent.DATA:
-                data_sequence[entry.data_file.file_path] = seq
+                data_files.append((entry.data_file, seq))
     if not equality:
         return None
     equality.sort(key=lambda fs: (fs[1], fs[0].file_path))
     if max_files is not None:
         equality = equality[: max(1, max_files)]
-    return _Plan(head.snapshot_id, equality, data_sequence)
+    return _Plan(head.snapshot_id, equality, data_files)
 
 
 def convert_equality_deletes(
@@ -112,9 +130,13 @@ def convert_equality_deletes(
     table: Table,
     *,
     max_files: int | None = None,
+    local_max_rows: int = LOCAL_MAX_ROWS,
     crash: Callable[[str], None] | None = None,
 ) -> ConversionResult:
     """Replace the head's equality-delete files (the oldest ``max_files``) by position deletes.
+
+    The positions are found in this process with Arrow when the data files the deletes can
+    reach hold at most ``local_max_rows`` rows (``conversion_arrow``), else with Spark.
 
     ``table`` is advanced to the new snapshot. Raises ``CommitConflictError`` if the table's
     head moved while converting (the written files are then orphans; nothing else changed).
@@ -128,7 +150,6 @@ def convert_equality_deletes(
 
     location = table.metadata_location
     io_properties = file_io_properties(table.io.properties)
-    configure_spark(spark, location, io_properties)
     spec = WriterSpec(
         data_location=f"{table.location().rstrip('/')}/data",
         batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}-conv",
@@ -140,7 +161,17 @@ def convert_equality_deletes(
     # The equality deletes' own row counts bound the positions (a key hits about one row):
     # enough to size the output without a counting pass over the table.
     expected = sum(f.record_count for f, _seq in plan.equality_deletes)
-    written = _write(_positions(spark, table, plan), spec, expected)
+    candidates = candidate_data_files(plan.equality_deletes, plan.data_files)
+    local = None
+    if sum(f.record_count for f, _seq in candidates) <= local_max_rows:
+        local = local_positions(table, plan.equality_deletes, candidates)
+    if local is not None:
+        path = "arrow"
+        written = _write_local(local, spec)
+    else:
+        path = "spark"
+        configure_spark(spark, location, io_properties)
+        written = _write(_positions(spark, table, plan), spec, expected)
     rows = sum(records for _path, records in written)
     positions_seconds = time.perf_counter() - started
     added = [position_delete_file_from_parquet(table, path) for path, _records in written]
@@ -164,19 +195,23 @@ def convert_equality_deletes(
     head = table.current_snapshot()
     log.info(
         "%s: converted %d equality-delete file(s) into %d position-delete file(s), %d positions, "
-        "%.2fs (%.2fs finding and writing them)",
+        "%.2fs (%.2fs finding and writing them, %s, %d of %d data files read)",
         ".".join(table.name()),
         len(removed),
         len(added),
         rows,
         time.perf_counter() - started,
         positions_seconds,
+        path,
+        len(candidates) if path == "arrow" else len(plan.data_files),
+        len(plan.data_files),
     )
     return ConversionResult(
         equality_delete_files=len(removed),
         position_delete_files=len(added),
         rows=rows,
         snapshot_id=head.snapshot_id if head is not None else None,
+        path=path,
     )
 
 
@@ -254,6 +289,13 @@ def _write(positions: DataFrame, spec: WriterSpec, expected: int) -> list[tuple[
         .collect()
     )
     return sorted((row["path"], row["records"]) for row in written)
+
+
+def _write_local(positions: pa.Table, spec: WriterSpec) -> list[tuple[str, int]]:
+    """One position-delete file of ``positions`` (sorted), or none when there are none."""
+    writer = TableFileWriter(spec)
+    writer.write_position_delete_file(0, positions)
+    return [(w.path, w.records) for w in writer.close()]
 
 
 def _quote(name: str) -> str:

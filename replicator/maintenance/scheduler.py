@@ -9,6 +9,11 @@ to back, with no batch between them: a batch would bring new equality deletes, a
 compaction needs a table without any. ``run_all`` (``replicator maintain``) runs every
 due step of a table until nothing is due.
 
+Between batches the count trigger of conversion is paced by the last conversion's own
+duration (``convert_max_time_share``: a cheap in-process conversion may run every slice, a
+long Spark one is spaced out); when the source is idle (everything read is committed), a
+slice compacts any table that is not yet one file without deletes.
+
 Order matters: compaction only runs on a table without equality deletes (so right after a
 conversion), and expiry/orphan cleanup then free what the rewrites made unreferenced.
 """
@@ -37,6 +42,8 @@ KINDS = ("conversion", "compaction", "expiry", "orphans")
 ORPHANS_EVERY_SECONDS = 3600.0
 # Equality-delete files one conversion step converts (oldest first): a bounded step.
 CONVERSION_MAX_FILES = 64
+# Compaction's input trigger while the source is idle: one small file with deletes is enough.
+IDLE_COMPACT_MIN_INPUT_FILES = 1
 # run_all stops a table after this many steps (each step makes progress; a guard only).
 MAX_STEPS_PER_TABLE = 1000
 
@@ -59,21 +66,35 @@ class Maintainer:
     spark: Callable[[], Any] | None = None
     crash: Crash = no_crash
     _orphans_done: dict[str, float] = field(default_factory=dict)
+    # table -> (monotonic time its last conversion ended, how long it took): the pacing
+    _converted: dict[str, tuple[float, float]] = field(default_factory=dict)
     _turn: int = 0
 
     # ----------------------------------------------------------------- what is due
 
-    def due(self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None) -> list[str]:
-        """The kinds of step due on ``table``, in the order they must run."""
+    def due(
+        self, table: Table, health: TableHealth | None = None, *, now_ms: int | None = None,
+        paced: bool = False, idle: bool = False,
+    ) -> list[str]:
+        """The kinds of step due on ``table``, in the order they must run; ``paced`` (between
+        batches): conversion by count or for compaction's sake waits out
+        ``convert_max_time_share`` (``replicator maintain`` is not paced); ``idle`` (the
+        source is quiet): compaction takes any table not yet compacted to one file per target
+        size without deletes, as nothing competes for the time."""
         h = health or table_health(table)
         out = []
-        compaction = (
-            h.data_files >= self.cfg.compact_min_input_files
-            or h.position_delete_files >= self.cfg.compact_min_input_files
-        )
+        if idle:
+            compaction = h.data_files >= 2 or h.position_delete_files + h.equality_delete_files > 0
+        else:
+            compaction = (
+                h.data_files >= self.cfg.compact_min_input_files
+                or h.position_delete_files >= self.cfg.compact_min_input_files
+            )
         # Compaction needs a table without equality deletes: when it is due, so is the
         # conversion before it (else a steady stream of updates would starve compaction).
-        if self._conversion_due(h, now_ms) or (compaction and h.equality_delete_files and self.spark):
+        if self._conversion_due(h, now_ms, paced) or (
+            compaction and h.equality_delete_files and self.spark and self._paced_ok(h.identifier, paced)
+        ):
             out.append("conversion")
         if compaction and (h.equality_delete_files == 0 or out):
             out.append("compaction")
@@ -85,19 +106,30 @@ class Maintainer:
             out.append("orphans")
         return out
 
-    def _conversion_due(self, h: TableHealth, now_ms: int | None) -> bool:
+    def _conversion_due(self, h: TableHealth, now_ms: int | None, paced: bool = False) -> bool:
         if h.equality_delete_files == 0 or self.spark is None:
             return False
         by_count = self.cfg.convert_min_equality_delete_files
         by_age = self.cfg.convert_max_age_seconds
-        return (by_count > 0 and h.equality_delete_files >= by_count) or (
-            by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age
-        )
+        return (
+            by_count > 0 and h.equality_delete_files >= by_count and self._paced_ok(h.identifier, paced)
+        ) or (by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age)
+
+    def _paced_ok(self, table: str, paced: bool) -> bool:
+        """Whether enough time passed since ``table``'s last conversion: a conversion that took
+        ``d`` seconds is followed by at least ``d * (1 - share) / share`` seconds without one."""
+        last = self._converted.get(table)
+        if not paced or last is None:
+            return True
+        ended, took = last
+        share = self.cfg.convert_max_time_share
+        return time.monotonic() - ended >= took * (1 - share) / share
 
     # ----------------------------------------------------------------- one step
 
-    def step(self, table: Table, kind: str) -> tuple[Table, StepReport]:
-        """Run one step of ``kind``; returns the (possibly refreshed) table and a report."""
+    def step(self, table: Table, kind: str, *, idle: bool = False) -> tuple[Table, StepReport]:
+        """Run one step of ``kind``; returns the (possibly refreshed) table and a report.
+        ``idle``: compaction takes even one small file with deletes, or two small files."""
         name = ".".join(table.name())
         t0 = time.perf_counter()
         changed, detail = False, "nothing to do"
@@ -109,14 +141,17 @@ class Maintainer:
             conv = convert_equality_deletes(
                 self.spark(), table, max_files=CONVERSION_MAX_FILES, crash=self.crash
             )
+            self._converted[name] = (time.monotonic(), time.perf_counter() - t0)
             if conv.snapshot_id is not None:
                 table = table.refresh()
                 changed = True
                 detail = (f"{conv.equality_delete_files} equality-delete file(s) -> "
-                          f"{conv.position_delete_files} position-delete file(s), {conv.rows} row(s)")
+                          f"{conv.position_delete_files} position-delete file(s), {conv.rows} row(s), "
+                          f"found with {conv.path}")
         elif kind == "compaction":
             table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
-                                  min_input_files=cfg.compact_min_input_files, crash=self.crash)
+                                  min_input_files=IDLE_COMPACT_MIN_INPUT_FILES if idle else cfg.compact_min_input_files,
+                                  crash=self.crash)
             if comp.snapshot_id is not None:
                 changed = True
                 detail = (f"{comp.data_files_removed} data + {comp.delete_files_removed} "
@@ -143,11 +178,12 @@ class Maintainer:
     # ----------------------------------------------------------------- slices
 
     def run_slice(
-        self, tables: Sequence[Table], *, budget_seconds: float | None = None
+        self, tables: Sequence[Table], *, budget_seconds: float | None = None, idle: bool = False
     ) -> tuple[list[Table], list[StepReport]]:
         """Each due step of each table at most once, in order, while the time budget lasts
         (checked before every step; tables take turns at going first). Returns the tables
-        (refreshed where changed, same order) and what was done."""
+        (refreshed where changed, same order) and what was done. ``idle``: the source is quiet
+        (see ``due``)."""
         budget = self.cfg.slice_seconds if budget_seconds is None else budget_seconds
         start = time.monotonic()
         out = list(tables)
@@ -156,14 +192,14 @@ class Maintainer:
         for i in range(n):
             idx = (self._turn + i) % n
             converted = False
-            for kind in self.due(out[idx]):
+            for kind in self.due(out[idx], paced=True, idle=idle):
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
                     break
                 if kind == "compaction" and table_health(out[idx]).equality_delete_files:
                     continue  # the conversion before it did not finish them all
-                out[idx], report = self.step(out[idx], kind)
+                out[idx], report = self.step(out[idx], kind, idle=idle)
                 reports.append(report)
                 converted = kind == "conversion" and report.changed
         self._turn = (self._turn + 1) % max(n, 1)

@@ -188,8 +188,9 @@ class Replicator:
 
         return get_spark()
 
-    def _maintain(self) -> None:
-        """One bounded maintenance slice over the tables this run holds, when due."""
+    def _maintain(self, *, idle: bool = False) -> None:
+        """One bounded maintenance slice over the tables this run holds, when due; ``idle``:
+        the source is quiet and everything read is committed (compaction then finishes)."""
         m = self.maintainer
         if m is None or time.monotonic() - self._maintained_at < self.cfg.maintenance.every_seconds:
             return
@@ -198,7 +199,7 @@ class Replicator:
             if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
         ]  # fmt: skip
         try:
-            tables, reports = m.run_slice([s.table for s in states])
+            tables, reports = m.run_slice([s.table for s in states], idle=idle)
             for state, table in zip(states, tables, strict=True):
                 state.table = table
             source_of = {s.identifier: s.source_table for s in states}
@@ -313,7 +314,7 @@ class Replicator:
                         return "enough"
                 self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
                 if batcher.pending == 0:
-                    self._maintain()
+                    self._maintain(idle=True)
                     if until_idle:
                         log.info("source is idle; everything read is committed")
                         return "idle"

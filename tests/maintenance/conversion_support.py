@@ -30,6 +30,7 @@ def make_config(tmp_path: Path, max_events: int) -> RunConfig:
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"},
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
+        "maintenance": {"enabled": False},  # conversion is what is under test, run by hand
     }
     p = tmp_path / "replicator.yaml"
     p.write_text(yaml.safe_dump(cfg))

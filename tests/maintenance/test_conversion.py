@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from replicator.checkpoint import read_checkpoint
+from replicator.maintenance import conversion_arrow
 from replicator.maintenance.conversion import (
     ConversionResult,
     _positions,
@@ -26,12 +27,20 @@ class Crash(Exception):
     pass
 
 
-def convert_and_judge(spark: Any, tmp_path: Path, log: ChangeLog) -> ConversionResult:
+def convert_and_judge(
+    spark: Any, tmp_path: Path, log: ChangeLog, path: str = "arrow"
+) -> ConversionResult:
+    """Convert every equality delete, finding the positions with ``path`` ("arrow": in this
+    process, the default for small tables; "spark": forced), and judge the table."""
     table = load(tmp_path)
     equality_files = kinds(table).get("EQUALITY_DELETES", 0)
     assert equality_files > 0, "the scenario must leave equality deletes"
     checkpoint = read_checkpoint(table)
-    result = convert_equality_deletes(spark, table)
+    if path == "spark":
+        result = convert_equality_deletes(spark, table, local_max_rows=-1)
+    else:
+        result = convert_equality_deletes(spark, table)
+    assert result.path == path
     assert result.equality_delete_files == equality_files
     assert result.snapshot_id == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
     table = load(tmp_path)
@@ -86,7 +95,8 @@ def test_deleted_and_reinserted(tmp_path: Path, spark: Any) -> None:
     convert_and_judge(spark, tmp_path, log)
 
 
-def test_key_changes(tmp_path: Path, spark: Any) -> None:
+@pytest.mark.parametrize("path", ["arrow", "spark"])
+def test_key_changes(tmp_path: Path, spark: Any, path: str) -> None:
     log = ChangeLog()
     for i in range(1, 4):
         log.insert(i, v=f"v{i}")
@@ -96,7 +106,62 @@ def test_key_changes(tmp_path: Path, spark: Any) -> None:
     log.update(2, new_id=20)
     log.update(3, new_id=2, v="took 2")  # a key freed earlier is taken by another row
     run(tmp_path, log, spark)
-    convert_and_judge(spark, tmp_path, log)
+    convert_and_judge(spark, tmp_path, log, path)
+
+
+def test_arrow_and_spark_find_the_same_positions(tmp_path: Path, spark: Any) -> None:
+    log = ChangeLog()
+    for i in range(1, 7):
+        log.insert(i, v=f"v{i}")
+    run(tmp_path, log, spark, max_events=3)
+    log.update(1, new_id=10, v="moved")
+    log.update(10, new_id=1, v="back")
+    log.delete(2)
+    log.insert(2, v="again")
+    for round_ in range(3):
+        log.update(5, v=f"r{round_}")
+    log.update(6, v="six")
+    run(tmp_path, log, spark)
+    table = load(tmp_path)
+    plan = plan_conversion(table)
+    assert plan is not None
+    by_spark = sorted((r["file_path"], r["pos"]) for r in _positions(spark, table, plan).collect())
+    candidates = conversion_arrow.candidate_data_files(plan.equality_deletes, plan.data_files)
+    found = conversion_arrow.local_positions(table, plan.equality_deletes, candidates)
+    assert found is not None
+    by_arrow = list(zip(found.column("file_path").to_pylist(), found.column("pos").to_pylist(), strict=True))
+    assert by_arrow == by_spark  # same rows, and already in (file_path, pos) order
+    assert len(by_arrow) >= 2
+
+
+def test_arrow_skips_data_files_out_of_key_range(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
+    """Only data files older than the deletes AND whose key range meets the delete keys are
+    read; the result is still exact."""
+    log = ChangeLog()
+    for i in range(1, 4):
+        log.insert(i, v=f"low{i}")
+    run(tmp_path, log, spark, max_events=3)
+    for i in range(100, 103):
+        log.insert(i, v=f"high{i}")
+    run(tmp_path, log, spark, max_events=3)
+    log.update(2, v="low2b")  # one equality delete, key 2: only the first file can hold it
+    run(tmp_path, log, spark)
+    table = load(tmp_path)
+    read: list[str] = []
+    real = conversion_arrow._read_keys
+
+    def spy(t: Any, path: str, names: Any, types: Any) -> Any:
+        read.append(path)
+        return real(t, path, names, types)
+
+    monkeypatch.setattr(conversion_arrow, "_read_keys", spy)
+    plan = plan_conversion(table)
+    assert plan is not None
+    result = convert_equality_deletes(spark, table)
+    assert result.path == "arrow" and result.rows == 1
+    data_read = [p for p in read if p not in {f.file_path for f, _s in plan.equality_deletes}]
+    assert len(data_read) == 1 and len(plan.data_files) >= 3  # the low file; not the high one nor the new
+    assert_equal(load(tmp_path), log, pyiceberg_too=True)
 
 
 def test_max_files_converts_the_oldest_first(tmp_path: Path, spark: Any) -> None:
@@ -111,11 +176,14 @@ def test_max_files_converts_the_oldest_first(tmp_path: Path, spark: Any) -> None
     total = kinds(table)["EQUALITY_DELETES"]
     steps = 0
     while True:
-        result = convert_equality_deletes(spark, table, max_files=1)
+        # Steps alternate between the two ways of finding positions: meaning is kept across
+        # steps whichever way each one went.
+        result = convert_equality_deletes(spark, table, max_files=1, local_max_rows=-1 if steps % 2 else 10**9)
         if result.snapshot_id is None:
             break
         steps += 1
         assert result.equality_delete_files == 1
+        assert result.path == ("spark" if steps % 2 == 0 else "arrow")  # steps already counted this one
         left = kinds(table).get("EQUALITY_DELETES", 0)
         assert left == total - steps
         assert_equal(table, log, pyiceberg_too=left == 0)

@@ -61,7 +61,7 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     log = ChangeLog()
     in_batch_churn(log, random.Random(2), 30)
     feed(tmp_path, "0001.jsonl", log)
-    cfg = config(tmp_path, max_events=8)
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})  # the test's own Maintainer only
     run(cfg)
     t = table(cfg)
     m = Maintainer(MaintenanceConfig.model_validate(EAGER))
@@ -74,6 +74,57 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     assert [r.kind for r in reports] == ["compaction", "expiry", "orphans"]
     assert [r.changed for r in reports] == [True, True, False]  # nothing old enough to remove
     assert m.due(tables[0]) == []
+
+
+def test_idle_slice_compacts_below_the_busy_trigger(tmp_path: Path) -> None:
+    """While batches come, compaction waits for compact_min_input_files; when the source is
+    idle, a slice compacts any table not yet one file without deletes."""
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(3), 4)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
+    run(cfg)
+    t = table(cfg)
+    h = table_health(t)
+    assert 2 <= h.data_files < 8 and h.position_delete_files >= 1
+    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
+    assert "compaction" not in m.due(t)
+    assert "compaction" in m.due(t, idle=True)
+    tables, reports = m.run_slice([t], idle=True)
+    assert [r.kind for r in reports if r.changed][:1] == ["compaction"]
+    h = table_health(tables[0])
+    assert (h.data_files, h.position_delete_files, h.equality_delete_files) == (1, 0, 0)
+    assert "compaction" not in m.due(tables[0], idle=True)
+    expected = log.expected_rows()
+    assert spark_rows(tables[0].metadata_location, ["id"]) == expected
+    assert duckdb_rows(tables[0].metadata_location, ["id"]) == expected
+    assert pyiceberg_rows(tables[0]) == expected
+
+
+def test_conversion_by_count_is_paced_by_its_own_cost() -> None:
+    """A conversion that took d seconds is followed by d * (1 - share) / share seconds without
+    one by count (between batches only; the age trigger and ``replicator maintain`` are not
+    paced)."""
+    from replicator.maintenance.status import TableHealth
+
+    cfg = MaintenanceConfig.model_validate({"convert_min_equality_delete_files": 1,
+                                            "convert_max_age_seconds": 600, "convert_max_time_share": 0.25})
+    m = Maintainer(cfg, spark=lambda: None)
+    now_ms = int(time.time() * 1000)
+    h = TableHealth(identifier="cdc.t", snapshots=3, manifests=2, data_files=1, data_bytes=1,
+                    position_delete_files=0, equality_delete_files=1, oldest_equality_delete_ms=now_ms,
+                    last_maintenance=None, last_maintenance_ms=None)
+    assert m._conversion_due(h, now_ms, paced=True)  # never converted: due
+    m._converted["cdc.t"] = (time.monotonic(), 10.0)  # a 10 s conversion just ended
+    assert not m._conversion_due(h, now_ms, paced=True)  # 30 s must pass first
+    assert m._conversion_due(h, now_ms, paced=False)
+    old = now_ms - 601_000
+    assert m._conversion_due(TableHealth(**{**h.__dict__, "oldest_equality_delete_ms": old}), now_ms, paced=True)
+    m._converted["cdc.t"] = (time.monotonic() - 31, 10.0)
+    assert m._conversion_due(h, now_ms, paced=True)
+    m._converted["cdc.t"] = (time.monotonic(), 0.2)  # a cheap one: due again within a second
+    time.sleep(0.7)
+    assert m._conversion_due(h, now_ms, paced=True)
 
 
 def test_conversion_runs_right_before_a_due_compaction(tmp_path: Path, spark: Any) -> None:
