@@ -69,6 +69,19 @@ class Maintainer:
     # table -> (monotonic time its last conversion ended, how long it took): the pacing
     _converted: dict[str, tuple[float, float]] = field(default_factory=dict)
     _turn: int = 0
+    # table -> (metadata location, its health): a table's health changes only with a commit
+    # (a new metadata file), so a slice over many idle tables reads no manifests.
+    _health: dict[str, tuple[str, TableHealth]] = field(default_factory=dict)
+
+    def health(self, table: Table) -> TableHealth:
+        """``table_health`` of ``table``, read once per metadata version."""
+        name, location = ".".join(table.name()), table.metadata_location
+        cached = self._health.get(name)
+        if cached is not None and cached[0] == location:
+            return cached[1]
+        h = table_health(table)
+        self._health[name] = (location, h)
+        return h
 
     # ----------------------------------------------------------------- what is due
 
@@ -81,7 +94,7 @@ class Maintainer:
         ``convert_max_time_share`` (``replicator maintain`` is not paced); ``idle`` (the
         source is quiet): compaction takes any table not yet compacted to one file per target
         size without deletes, as nothing competes for the time."""
-        h = health or table_health(table)
+        h = health or self.health(table)
         out = []
         if idle:
             compaction = h.data_files >= 2 or h.position_delete_files + h.equality_delete_files > 0
@@ -197,7 +210,7 @@ class Maintainer:
                 # between them), whatever the budget says.
                 if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
                     break
-                if kind == "compaction" and table_health(out[idx]).equality_delete_files:
+                if kind == "compaction" and self.health(out[idx]).equality_delete_files:
                     continue  # the conversion before it did not finish them all
                 out[idx], report = self.step(out[idx], kind, idle=idle)
                 reports.append(report)

@@ -204,3 +204,32 @@ def test_crash_in_maintenance_loses_nothing(tmp_path: Path, spark: Any, point: s
     h = table_health(t)
     assert h.data_files < 8 and h.snapshots <= EAGER["snapshots_keep"] + 2
     assert not orphan.exists()
+
+
+def test_health_is_read_once_per_table_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slice over many tables must not read every table's manifests each time: health is
+    read again only when the table has a new metadata version (a commit)."""
+    import replicator.maintenance.scheduler as scheduler
+
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(4), 4)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
+    run(cfg)
+    t = table(cfg)
+    reads: list[str] = []
+
+    def counting(tbl: Any) -> Any:
+        reads.append(tbl.metadata_location)
+        return table_health(tbl)
+
+    monkeypatch.setattr(scheduler, "table_health", counting)
+    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
+    for _ in range(5):
+        m.due(t)
+    before = t.metadata_location
+    assert reads == [before]
+    tables, reports = m.run_slice([t], idle=True)
+    assert any(r.changed for r in reports)
+    assert m.health(tables[0]) == table_health(tables[0])  # a new version is read afresh
+    assert reads[-1] == tables[0].metadata_location != before
