@@ -100,8 +100,10 @@ class ReadProbe:
     each run: the engine keeps committing) vs a compacted copy of the same rows (the snapshot
     current at the point's start, rewritten as one fresh Iceberg table), measured fairly:
     both tables warmed first, then ``rounds`` alternating runs (replicated, copy, replicated,
-    ...), the median of each. One Spark session (its own JVM) for the whole soak, so every
-    point sees an equally warm JVM. Each point also records the table's files at that moment.
+    ...), the median of each. Both are read the same way, by Iceberg Java from a metadata
+    file (the live table's is resolved just before each run, outside the timing). One Spark
+    session (its own JVM) for the whole soak, so every point sees an equally warm JVM. Each
+    point also records the table's files at that moment.
     """
 
     def __init__(self, cfg_path: Path, root: Path, rounds: int = 5) -> None:
@@ -129,30 +131,34 @@ class ReadProbe:
             h = table_health(table)
             name = table.name()[-1]
 
-            def replicated(table: Any = table) -> Any:
-                """The table as a reader finds it now: the engine goes on committing (and
-                cleaning old metadata files and expired snapshots) meanwhile."""
-                for attempt in range(5):
-                    try:
-                        return spark.read.format("iceberg").load(table.refresh().metadata_location)
-                    except Exception:
-                        if attempt == 4:
-                            raise
-                        time.sleep(0.2)
-                return None
+            def live_location(table: Any = table) -> str:
+                """Where the live table is now (the engine goes on committing, and cleaning
+                old metadata files and expired snapshots, meanwhile). Resolved BEFORE a timed
+                run: a pyiceberg refresh in the driver is not part of what a reader pays."""
+                return str(table.refresh().metadata_location)
 
-            def copy(name: str = name) -> Any:
-                return spark.table(f"soakcopy.db.{name}")
+            def copy_location(name: str = name) -> str:
+                row = spark.sql(f"SELECT file FROM soakcopy.db.{name}.metadata_log_entries "
+                                "ORDER BY timestamp DESC LIMIT 1").first()
+                return str(row[0])
 
-            self._retry(lambda name=name: replicated().writeTo(f"soakcopy.db.{name}").using("iceberg").tableProperty(
-                "format-version", "2").createOrReplace())
+            src = self._retry(live_location)
+            self._retry(lambda name=name, src=src: spark.read.format("iceberg").load(src)
+                        .writeTo(f"soakcopy.db.{name}").using("iceberg")
+                        .tableProperty("format-version", "2").createOrReplace())
             spark.sql(f"REFRESH TABLE soakcopy.db.{name}")
-            key_row = copy().selectExpr("min(id)").first()
+            copy_at = copy_location()
+            key_row = spark.read.format("iceberg").load(copy_at).selectExpr("min(id)").first()
             key = int(key_row[0]) if key_row and key_row[0] is not None else 1
             times: dict[str, list[float]] = {k: [] for k in ("count", "copy_count", "lookup", "copy_lookup")}
             rows = 0
             for i in range(self.rounds + 1):  # round 0 warms both and is not counted
-                for label, load in (("", replicated), ("copy_", copy)):
+                # Both read the same way: Iceberg Java loads the table from its metadata file
+                # (the live one as of just before the run), plans and scans.
+                for label, where in (("", self._retry(live_location)), ("copy_", copy_at)):
+                    def load(where: str = where) -> Any:
+                        return spark.read.format("iceberg").load(where)
+
                     t0 = time.perf_counter()
                     n = self._retry(lambda load=load: load().count())
                     t1 = time.perf_counter()
