@@ -57,13 +57,19 @@ def test_engine_maintains_between_batches(tmp_path: Path, spark: Any) -> None:
     assert cp is not None and cp == last
 
 
-def test_slice_is_bounded(tmp_path: Path) -> None:
+def _churned_table(tmp_path: Path, *, seed: int, txs: int) -> tuple[ChangeLog, Any]:
+    """A table replicated from in-batch churn, with the engine's own maintenance off (the
+    test's Maintainer is the only one)."""
     log = ChangeLog()
-    in_batch_churn(log, random.Random(2), 30)
+    in_batch_churn(log, random.Random(seed), txs)
     feed(tmp_path, "0001.jsonl", log)
-    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})  # the test's own Maintainer only
+    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
     run(cfg)
-    t = table(cfg)
+    return log, table(cfg)
+
+
+def test_slice_is_bounded(tmp_path: Path) -> None:
+    _, t = _churned_table(tmp_path, seed=2, txs=30)
     m = Maintainer(MaintenanceConfig.model_validate(EAGER))
     assert m.due(t) == ["compaction", "expiry", "orphans"]
     # No budget: no step at all.
@@ -79,12 +85,7 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
 def test_idle_slice_compacts_below_the_busy_trigger(tmp_path: Path) -> None:
     """While batches come, compaction waits for compact_min_input_files; when the source is
     idle, a slice compacts any table not yet one file without deletes."""
-    log = ChangeLog()
-    in_batch_churn(log, random.Random(3), 4)
-    feed(tmp_path, "0001.jsonl", log)
-    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
-    run(cfg)
-    t = table(cfg)
+    log, t = _churned_table(tmp_path, seed=3, txs=4)
     h = table_health(t)
     assert 2 <= h.data_files < 8 and h.position_delete_files >= 1
     m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
@@ -211,12 +212,7 @@ def test_health_is_read_once_per_table_version(tmp_path: Path, monkeypatch: pyte
     read again only when the table has a new metadata version (a commit)."""
     import replicator.maintenance.scheduler as scheduler
 
-    log = ChangeLog()
-    in_batch_churn(log, random.Random(4), 4)
-    feed(tmp_path, "0001.jsonl", log)
-    cfg = config(tmp_path, max_events=8, maintenance={"enabled": False})
-    run(cfg)
-    t = table(cfg)
+    _, t = _churned_table(tmp_path, seed=4, txs=4)
     reads: list[str] = []
 
     def counting(tbl: Any) -> Any:
