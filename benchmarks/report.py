@@ -311,6 +311,8 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
         *([meta["command"]] if meta["command"].strip() != "python -m benchmarks.run" else []),
         "```",
         "",
+        *([f"Engine settings overridden for this run: `REPLICATOR_BENCH_ENGINE='{meta['engine_overrides']}'`.", ""]
+          if meta.get("engine_overrides") else []),
         "## Machine",
         "",
         _table(["", ""], [

@@ -170,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.run " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "size": args.size, "seed": args.seed, "sizes": size, "machine": machine(),
         "versions": versions(), "sources": sources, "workloads": workloads,
+        "engine_overrides": os.environ.get(S.ENGINE_OVERRIDES_ENV) or None,
     }  # fmt: skip
     log(f"machine: {meta['machine']}")
+    if meta["engine_overrides"]:
+        log(f"engine settings overridden ({S.ENGINE_OVERRIDES_ENV}): {meta['engine_overrides']}")
     results: dict[str, Any] = {"meta": meta, "postgres": {}, "mariadb": {}, "lag": {}}
     probe = str(work / "spark-probe.jsonl")
     spark, spark_seconds = _start_spark(probe)

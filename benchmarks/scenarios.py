@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -80,8 +81,26 @@ def engine_config(d: Path, source: SourceConfig, max_events: int | None = None) 
     batch = BatchConfig() if max_events is None else BatchConfig(max_events=max_events)
     iceberg = IcebergConfig(catalog_uri=f"sqlite:///{d}/catalog.db", warehouse=str(d / "warehouse"),
                             namespace="cdc")  # fmt: skip
-    return RunConfig(source=source, iceberg=iceberg, batch=batch, state_dir=d / "state",
-                     writer_id="bench")  # fmt: skip
+    cfg = RunConfig(source=source, iceberg=iceberg, batch=batch, state_dir=d / "state",
+                    writer_id="bench")  # fmt: skip
+    return with_overrides(cfg, os.environ.get(ENGINE_OVERRIDES_ENV))
+
+
+# Engine settings for experiments, as JSON merged into every engine's config, e.g.
+# '{"batch": {"linger_seconds": 0.25}, "maintenance": {"enabled": false}}'. The report shows them.
+ENGINE_OVERRIDES_ENV = "REPLICATOR_BENCH_ENGINE"
+
+
+def with_overrides(cfg: RunConfig, overrides: str | None) -> RunConfig:
+    if not overrides:
+        return cfg
+    data = cfg.model_dump()
+    for section, values in json.loads(overrides).items():
+        if isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section].update(values)
+        else:
+            data[section] = values
+    return RunConfig.model_validate(data)
 
 
 # -- results ----------------------------------------------------------------------------------
