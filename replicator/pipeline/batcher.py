@@ -41,14 +41,10 @@ class Batcher:
         last = self._last
         return last is not None and (last.tx_id is None or last.last_in_tx)
 
-    def add(self, ev: ChangeEvent, read_at: float | None = None) -> ChangeBatch | None:
-        """Add one event; return a closed batch when limits are reached at a boundary.
-        ``read_at``: when the source reader got it (same clock), if earlier than now: a batch's
-        age starts there, so events that queued during the previous apply do not wait a
-        full ``linger_seconds`` more (commit-to-visible lag)."""
+    def add(self, ev: ChangeEvent) -> ChangeBatch | None:
+        """Add one event; return a closed batch when limits are reached at a boundary."""
         if self._opened_at is None:
-            now = self.clock()
-            self._opened_at = now if read_at is None else min(read_at, now)
+            self._opened_at = self.clock()
         self._events.setdefault(ev.table, []).append(ev)
         self._count += 1
         self._bytes += _approx_bytes(ev)

@@ -322,7 +322,6 @@ class Replicator:
                 continue
             self._snapshot_in_progress = item.snapshot_in_progress
             self._idle_streak = 0
-            read_at = item.first_read
             for ev in item.events:
                 self.summary.events_seen += 1
                 if self.checkpoints.covers(ev.table, ev.position):
@@ -331,7 +330,7 @@ class Replicator:
                 if ev.table in self.summary.stopped:
                     self.summary.events_held += 1
                     continue
-                batch = batcher.add(ev, read_at)
+                batch = batcher.add(ev)
                 if batch is not None:
                     self._apply(batch)
                     if self._enough(max_batches):
