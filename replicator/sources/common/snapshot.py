@@ -3,11 +3,18 @@ restarted snapshot resumes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+# A snapshot's progress goes to the log this often (a service has no terminal for the bar).
+PROGRESS_LOG_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +67,23 @@ class SnapshotCursor(Generic[C]):
     """The rows of a chunked snapshot one at a time, with a progress bar. The place lives in
     the cursor, not in a generator: a consumer that stops iterating early loses nothing."""
 
-    def __init__(self, chunks: Iterator[C], *, total: int | None, desc: str, progress: bool | None) -> None:
+    def __init__(
+        self,
+        chunks: Iterator[C],
+        *,
+        total: int | None,
+        desc: str,
+        progress: bool | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._chunks = chunks
         self._chunk: C | None = None
         self._pos = 0
+        self._desc = desc
+        self._total = total or None
+        self._clock = clock
+        self._started = self._logged = clock()
+        self._read = 0
         # progress None: tqdm decides (a terminal shows the bar, a log file does not).
         self._bar: tqdm[Any] | None = tqdm(
             total=total or None, unit="rows", desc=desc,
@@ -88,7 +108,22 @@ class SnapshotCursor(Generic[C]):
         stop = self._pos = min(_size(chunk), start + limit)
         if self._bar is not None:
             self._bar.update(stop - start)
+        self._read += stop - start
+        now = self._clock()
+        if now - self._logged >= PROGRESS_LOG_SECONDS:
+            self._logged = now
+            log.info("%s", self.progress_line(now))
         return chunk, start, stop
+
+    def progress_line(self, now: float) -> str:
+        """What the log says every ``PROGRESS_LOG_SECONDS``: rows this run, rate, share."""
+        rate = self._read / max(now - self._started, 1e-9)
+        of = ""
+        if self._total:
+            share = min(self._read / self._total, 1.0)
+            left = max(self._total - self._read, 0) / rate if rate > 0 else 0.0
+            of = f" of ~{self._total:,} ({share:.0%}, about {left:,.0f} s left)"
+        return f"{self._desc}: {self._read:,} rows read in this run{of}, {rate:,.0f} rows/s"
 
     def close(self) -> None:
         self._chunk = None
