@@ -30,6 +30,7 @@ class Batcher:
         self._count = 0
         self._bytes = 0
         self._opened_at: float | None = None
+        self._first_read: float | None = None
         self._last: ChangeEvent | None = None
 
     @property
@@ -41,10 +42,16 @@ class Batcher:
         last = self._last
         return last is not None and (last.tx_id is None or last.last_in_tx)
 
-    def add(self, ev: ChangeEvent) -> ChangeBatch | None:
-        """Add one event; return a closed batch when limits are reached at a boundary."""
+    def add(self, ev: ChangeEvent, read_at: float | None = None) -> ChangeBatch | None:
+        """Add one event; return a closed batch when limits are reached at a boundary.
+
+        ``read_at``: when the source reader got it (same clock). Linger counts from there, so
+        events that queued while the previous batch applied do not wait a full
+        ``linger_seconds`` more; the size limits (``max_seconds`` included) count from when
+        the batch opened here, or under a backlog every old event would close a batch."""
         if self._opened_at is None:
-            self._opened_at = self.clock()
+            now = self._opened_at = self.clock()
+            self._first_read = now if read_at is None else min(read_at, now)
         self._events.setdefault(ev.table, []).append(ev)
         self._count += 1
         self._bytes += _approx_bytes(ev)
@@ -56,8 +63,8 @@ class Batcher:
     @property
     def lingered(self) -> bool:
         """The pending batch has waited ``linger_seconds``: commit it at the next chance."""
-        age = self.clock() - self._opened_at if self._opened_at is not None else 0.0
-        return self._opened_at is not None and age >= self.limits.linger_seconds
+        first = self._first_read
+        return first is not None and self.clock() - first >= self.limits.linger_seconds
 
     def _full(self) -> bool:
         if self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes:
@@ -83,5 +90,6 @@ class Batcher:
         self._count = 0
         self._bytes = 0
         self._opened_at = None
+        self._first_read = None
         self._last = None
         return batch

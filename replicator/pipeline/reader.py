@@ -28,10 +28,12 @@ KEEPALIVE_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Events:
-    """Events in source order; ``snapshot_in_progress`` as the source said after them."""
+    """Events in source order; ``snapshot_in_progress`` as the source said after them;
+    ``first_read``: when the reader got the first of them (``time.monotonic()``)."""
 
     events: list[ChangeEvent]
     snapshot_in_progress: bool
+    first_read: float | None = None
 
 
 @dataclass(frozen=True)
@@ -152,19 +154,22 @@ class SourceReader:
         queue is full: the poll generator waits suspended, as sources allow). None: stopping."""
         got = 0
         chunk: list[ChangeEvent] = []
+        first = 0.0
         try:
             for ev in self.source.poll():
+                if not chunk:
+                    first = time.monotonic()
                 chunk.append(ev)
                 got += 1
                 if len(chunk) >= CHUNK_EVENTS:
-                    if not self._put(Events(chunk, self._snapshot_in_progress())):
+                    if not self._put(Events(chunk, self._snapshot_in_progress(), first)):
                         return None
                     chunk = []
                     self._deliver_ack()
         finally:
             # Also when the source raises: what it handed out before comes first (the run
             # loop commits the complete transactions among them, then raises).
-            if chunk and not self._put(Events(chunk, self._snapshot_in_progress())):
+            if chunk and not self._put(Events(chunk, self._snapshot_in_progress(), first)):
                 return None  # noqa: B012 - stopping: nothing left to hand over
         return got
 

@@ -322,6 +322,7 @@ class Replicator:
                 continue
             self._snapshot_in_progress = item.snapshot_in_progress
             self._idle_streak = 0
+            read_at = item.first_read
             for ev in item.events:
                 self.summary.events_seen += 1
                 if self.checkpoints.covers(ev.table, ev.position):
@@ -330,18 +331,18 @@ class Replicator:
                 if ev.table in self.summary.stopped:
                     self.summary.events_held += 1
                     continue
-                batch = batcher.add(ev)
+                batch = batcher.add(ev, read_at)
                 if batch is not None:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
                     if self.stop.is_set():
                         return None  # stop after the batch in progress, not after the chunk
-            if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
-                return "enough"
             self.observer.loop(pending=batcher.pending > 0, caught_up=False)
-        # Close a partial batch that has lingered (bounds commit-to-visible lag under steady
-        # load) without closing one after every chunk (Spark's fixed cost per job).
+        # Everything handed over is in the batcher. Close a partial batch that has lingered
+        # (bounds commit-to-visible lag under steady load) only now, not after a chunk while
+        # more wait in the queue: under a backlog a batch grows to its size limits instead
+        # of paying Spark's fixed cost per chunk.
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
             return "enough"
         return None

@@ -53,3 +53,27 @@ def test_linger() -> None:
     now[0] = 1.5
     assert b.lingered
     assert b.flush() is not None and not b.lingered
+
+
+def test_linger_counts_from_when_the_reader_got_the_events() -> None:
+    # Events that queued while the previous batch applied have already waited: their batch
+    # must not linger a full linger_seconds more (commit-to-visible lag).
+    now = [10.0]
+    b = Batcher(BatchConfig(max_events=100, linger_seconds=1.0), clock=lambda: now[0])
+    b.add(ev(1, None, True), read_at=8.8)
+    assert b.lingered
+    b.flush()
+    b.add(ev(2, None, True), read_at=11.0)  # a read time after now is taken as now
+    assert not b.lingered
+
+
+def test_old_events_do_not_close_batches_early() -> None:
+    # Under a backlog every queued event was read long ago: the size limits (max_seconds
+    # included) still count from when the batch opened, or each event would close a batch.
+    now = [100.0]
+    b = Batcher(BatchConfig(max_events=100, max_seconds=5, linger_seconds=1.0), clock=lambda: now[0])
+    for i in range(50):
+        assert b.add(ev(i, None, True), read_at=10.0) is None
+    assert b.pending == 50 and b.lingered
+    now[0] = 106.0
+    assert b.add(ev(50, None, True), read_at=10.0) is not None
