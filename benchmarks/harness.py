@@ -175,6 +175,9 @@ class Probes:
         _patch(apply_mod, "apply_batch_with_spark", self._timed("spark_job"), u)
         _patch(apply_mod, "commit_row_delta", self._commit, u)
         _patch(runner_mod, "apply_batch", self._apply_batch, u)
+        from replicator.maintenance.scheduler import Maintainer
+
+        _patch(Maintainer, "run_slice", self._timed("maintenance"), u)
         with contextlib.suppress(ImportError):
             import replicator.sources.postgres.replication as pg_repl
             import replicator.sources.postgres.source as pg_source
@@ -206,6 +209,11 @@ class ControlledSource(ChangeSource):
         self.inner: ChangeSource | None = None
         self.t = timings
         self.phase_start: float | None = None  # monotonic time the current phase started
+        # Closed while a step writes its changes: the reader thread would otherwise read
+        # (and decode) up to a queue's worth of them before the phase starts, and the phase
+        # would not measure the engine's whole path from the first poll of the backlog.
+        self._reads = threading.Event()
+        self._reads.set()
 
     def attach(self, inner: ChangeSource) -> None:
         self.inner = inner
@@ -233,6 +241,13 @@ class ControlledSource(ChangeSource):
         (or at the next poll) would drop the timings of what it already read."""
         self.t.reset()
 
+    def hold_reads(self) -> None:
+        """The reader thread stops handing out events (at most the one in hand is read)."""
+        self._reads.clear()
+
+    def release_reads(self) -> None:
+        self._reads.set()
+
     def start_phase(self) -> None:
         """The measured phase starts now (after the step that wrote the changes)."""
         self.phase_start = time.monotonic()
@@ -253,6 +268,8 @@ class ControlledSource(ChangeSource):
         for ev in self.inner.poll():
             self.t.add("source_read", time.perf_counter() - t)
             got += 1
+            if not self._reads.is_set():
+                self._reads.wait()
             yield ev
             t = time.perf_counter()
         if got:
@@ -427,10 +444,14 @@ class EngineSession:
                 raise StopRun
             name, step = pending.pop(0)
             self.ctl.reset_timings()
-            if step():
-                set_active(self.timings)  # a nested session may have taken over
-                self.ctl.start_phase()
-                self._open_phase(name, 0.0)
+            self.ctl.hold_reads()
+            try:
+                if step():
+                    set_active(self.timings)  # a nested session may have taken over
+                    self.ctl.start_phase()
+                    self._open_phase(name, 0.0)
+            finally:
+                self.ctl.release_reads()
 
         # Called by the run loop (its thread) once the source is idle and all it read is
         # committed: the phase ends there; the next step's changes start the next one.
