@@ -24,6 +24,7 @@ NARROW = (
     "id BIGINT PRIMARY KEY, txn BIGINT, a INT, b VARCHAR(200), c DECIMAL(12,2), "
     "d DATETIME(6), e DOUBLE, f BOOLEAN"
 )
+DECIMALS = ((4, 4), (9, 0), (9, 9), (10, 0), (18, 9), (19, 1), (27, 18), (30, 5), (65, 0))
 _TEXT = "aé😀𝄞'\\\"x \u00ff"
 _LATIN = "aéÿ'x "
 
@@ -46,9 +47,12 @@ def _digits(rng: random.Random, n: int) -> str:
 
 
 def _dec(rng: random.Random, p: int, s: int) -> str:
+    sign = rng.choice(["", "-"])
+    if rng.random() < 0.1:  # the extremes
+        whole, frac = ("9" * (p - s) or "0", "9" * s) if rng.random() < 0.5 else ("0", "0" * s)
+        return f"{sign}{whole}.{frac}" if s else f"{sign}{whole}"
     whole = _digits(rng, p - s)
     frac = _digits(rng, s) if s else ""
-    sign = rng.choice(["", "-"])
     return f"{sign}{whole}.{frac}" if s else f"{sign}{whole}"
 
 
@@ -64,7 +68,7 @@ def _int(rng: random.Random, bits: int, unsigned: bool) -> int:
 
 
 def _row(rng: random.Random, key: int) -> list[Any]:
-    """A random alltypes row (parameters for _INSERT), about 15% NULLs."""
+    """A random alltypes row (parameters for _INSERT): no NULLs, some or many."""
     tm = rng.randint(-838 * 3600, 838 * 3600 + 59 * 60 + 59)
     vals: list[Any] = [
         key,
@@ -113,7 +117,8 @@ def _row(rng: random.Random, key: int) -> list[Any]:
         _ts(rng, datetime(1970, 1, 1, 0, 0, 1), datetime(2038, 1, 19, 3, 14, 6)),
         f"POINT({rng.uniform(-180, 180)} {rng.uniform(-90, 90)})",
     ]
-    return [v if i == 0 or rng.random() > 0.15 else None for i, v in enumerate(vals)]
+    p_null = rng.choice([0.0, 0.15, 0.6])
+    return [v if i == 0 or rng.random() >= p_null else None for i, v in enumerate(vals)]
 
 
 _NAMES = re.findall(r"(?:^|,)\s*([a-z0-9_]+) [A-Z]", COLUMNS.strip())
@@ -142,8 +147,13 @@ def _counts(src: MySQLSource) -> tuple[int, int]:
 
 
 def test_fast_decoder_equals_library(db: TestDb, make_source: Callable[..., MySQLSource]) -> None:
-    db.sql(f"CREATE TABLE alltypes ({COLUMNS})", f"CREATE TABLE narrow ({NARROW})")
-    fast, slow = _sources(db, make_source, ["alltypes", "narrow"])
+    decs = ", ".join(f"x{i} DECIMAL({p},{s})" for i, (p, s) in enumerate(DECIMALS))
+    db.sql(
+        f"CREATE TABLE alltypes ({COLUMNS})",
+        f"CREATE TABLE narrow ({NARROW})",
+        f"CREATE TABLE decs (id INT PRIMARY KEY, {decs})",
+    )
+    fast, slow = _sources(db, make_source, ["alltypes", "narrow", "decs"])
     rng = random.Random(7)
     db.sql(f"INSERT INTO alltypes VALUES ({ROW1})", "INSERT INTO alltypes (id) VALUES (2)")
     db.sql(EMPTY.format(3))
@@ -178,6 +188,10 @@ def test_fast_decoder_equals_library(db: TestDb, make_source: Callable[..., MySQ
             ]
             cur.executemany("INSERT INTO narrow VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", narrow)
             cur.execute("UPDATE narrow SET a = NULL, b = 'x' WHERE id % 3 = 0")
+            cur.executemany(
+                f"INSERT INTO decs VALUES (%s{', %s' * len(DECIMALS)})",
+                [(k, *(_dec(rng, p, s) for p, s in DECIMALS)) for k in range(300)],
+            )
             cur.execute("DELETE FROM narrow WHERE id % 7 = 0")
     finally:
         conn.close()
