@@ -2,10 +2,10 @@
 
 mysql-replication decodes a row through per-column method calls, dicts of raw values and
 ``none_sources``, and ``RowConverter.from_binlog`` then converts each value: most of the
-source's time. ``compile_table`` builds, once per table map, one small decode function per
-column that reads the MySQL row format (``log_event.cc``: a NULL bitmap over the present
-columns, then each non-NULL value) and returns the engine value the exact path would give
-(``types.py``'s table).
+source's time. ``compile_table`` builds, once per table version, a plan per column and from
+them one generated function that reads a row image in the MySQL row format (a NULL bitmap
+over the present columns, then each non-NULL value) straight into the engine values the
+exact path would give (``types.py``'s table).
 
 The exact path stays the reference. A table with a column type this module does not
 handle gets no decoder (``compile_table`` returns None); a row image with anything the
@@ -31,7 +31,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from replicator.events.types import MAX_DECIMAL_PRECISION
 from replicator.sources.mysql.types import ColumnDef, compact_json, format_time
 
-# How one column is read; ``Decoder.image`` is generated from these (see ``_generate``).
+# How one column is read; ``RowImageDecoder.image`` is generated from these (``_generate``).
 # kind "struct": ``fmt`` (struct format, no prefix) gives the value, runs of them are read with
 # one unpack; "bool": one byte, non-zero; "fixed": ``fn(data, off)`` -> value, ``width``
 # bytes; "text1"/"text2": a 1/2-byte length then text in ``encoding``; "var":
@@ -175,6 +175,8 @@ def _read(i: int, plan: ColumnPlan, ns: dict[str, Any]) -> list[str]:
 def compile_table(columns: Sequence[Any], defs: Sequence[ColumnDef]) -> RowImageDecoder | None:
     """A decoder for a table map's columns (mysql-replication ``Column`` objects) and their
     ``ColumnDef``s, or None when a column is not supported here."""
+    if not columns:
+        return None
     try:
         plans = [_column(c, d) for c, d in zip(columns, defs, strict=True)]
     except Unsupported:
