@@ -47,13 +47,19 @@ _HEADER = 20  # OK byte + the 19-byte event header
 def rows_body(ev: Any) -> tuple[bytes, bytes, bytes | None] | None:
     """(row images, columns-present bitmap, the after image's bitmap for an update) of a
     rows event whose rows were not read yet, or None when the packet is not in the state
-    its constructor leaves it in. Reads without consuming: ``ev.rows`` still works."""
+    its constructor leaves it in (or the library's internals are not as in 1.0.17). Reads
+    without consuming: ``ev.rows`` still works."""
     wrapper = ev.packet
-    raw = wrapper.packet  # pymysql's MysqlPacket: the whole event after the OK byte
-    pos = raw._position
+    raw: Any = getattr(wrapper, "packet", None)  # pymysql's MysqlPacket: OK byte, header, ...
+    pos: Any = getattr(raw, "_position", None)
+    pushed_back: Any = getattr(wrapper, "_BinLogPacketWrapper__data_buffer", None)
+    unread: Any = getattr(ev, "_RowsEvent__rows", ()) is None
     if (
-        not ev.complete
-        or wrapper._BinLogPacketWrapper__data_buffer
+        raw is None
+        or pos is None
+        or pushed_back != b""
+        or not unread
+        or not getattr(ev, "complete", False)
         or pos != _HEADER + wrapper.read_bytes
     ):
         return None

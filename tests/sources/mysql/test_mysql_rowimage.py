@@ -262,3 +262,34 @@ def test_truncated_or_overlong_images_fall_back() -> None:
     for bad in (b"\x00\x01\x00", b"\x00\x01\x00\x00\x00\x00"):
         with pytest.raises(Fallback):
             dec.rows(bad, 1)
+
+
+class _Obj:
+    pass
+
+
+def _rows_event(*, read: bool, pushed_back: bytes = b"") -> Any:
+    from pymysql.protocol import MysqlPacket
+
+    data = b"\x00" + b"h" * 19 + b"POSTBITMAP" + b"ROWS" + b"CRC!"
+    raw = MysqlPacket(data, "utf8")
+    raw._position = 30  # after the header, the post-header and the bitmap
+    wrapper = _Obj()
+    wrapper.packet = raw
+    wrapper.read_bytes = 10
+    wrapper._BinLogPacketWrapper__data_buffer = pushed_back
+    ev = _Obj()
+    ev.packet = wrapper
+    ev.complete = True
+    ev.event_size = 14  # body without header and checksum
+    ev.columns_present_bitmap = b"\x01"
+    ev._RowsEvent__rows = [] if read else None
+    return ev
+
+
+def test_rows_body_only_from_an_unread_packet() -> None:
+    from replicator.sources.mysql.compat import rows_body
+
+    assert rows_body(_rows_event(read=False)) == (b"ROWS", b"\x01", None)
+    assert rows_body(_rows_event(read=True)) is None
+    assert rows_body(_rows_event(read=False, pushed_back=b"x")) is None
