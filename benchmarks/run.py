@@ -87,6 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=None)  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--no-charts", action="store_true")
+    ap.add_argument("--mysql-row-decoder", choices=("fast", "library"), default="fast",
+                    help="source.row_decoder of the MariaDB runs (library: the reference path)")  # fmt: skip
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp work directory")
     return ap.parse_args(argv)
@@ -180,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     spark, spark_seconds = _start_spark(probe)
     meta["spark_start_seconds"] = spark_seconds
     log(f"Spark up in {spark_seconds:.1f}s")
-    ctx = S.Context(spark=spark, root=work, size=size, seed=args.seed, probe_path=probe, log=log)
+    ctx = S.Context(spark=spark, root=work, size=size, seed=args.seed, probe_path=probe, log=log,
+                    mysql_row_decoder=args.mysql_row_decoder)  # fmt: skip
     stack = contextlib.ExitStack()
     try:
         if "postgres" in sources:
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.mdb = stack.enter_context(PrivateMariaDB(
                 work / "mdb", dbname="bench", options={"net-write-timeout": "3600"}))  # fmt: skip
             meta["versions"]["mariadb"] = ctx.mdb.execute("SELECT VERSION()")[0][0]
+            meta["mysql_row_decoder"] = args.mysql_row_decoder
             log(f"MariaDB up: {meta['versions']['mariadb']}")
         if ctx.pg is not None and not args.no_warmup:
             log("warm-up (not measured)")

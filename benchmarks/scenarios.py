@@ -50,6 +50,7 @@ class Context:
     log: Callable[[str], None]
     pg: Any = None  # PrivatePostgres
     mdb: Any = None  # PrivateMariaDB
+    mysql_row_decoder: str = "fast"  # source.row_decoder
     _server_id: int = 5000
     _n: int = 0
 
@@ -408,7 +409,7 @@ def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
     ctx.log(f"  mariadb/{w.name}: {w.initial_rows:,} initial rows in {res.setup_seconds:.1f}s")
     source_tables = [f"{w.name}.{t.name}" for t in w.tables]
     src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=w.name), tables=tuple(source_tables),
-                       server_id=ctx.server_id())  # fmt: skip
+                       server_id=ctx.server_id(), row_decoder=ctx.mysql_row_decoder)  # fmt: skip
     sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
                          probe_path=ctx.probe_path)  # fmt: skip
     position: list[tuple[str, int]] = []
@@ -490,7 +491,7 @@ def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
         conn.close()
         src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname="lag"),
                            tables=tuple(f"lag.{t.name}" for t in w.tables),
-                           server_id=ctx.server_id())  # fmt: skip
+                           server_id=ctx.server_id(), row_decoder=ctx.mysql_row_decoder)  # fmt: skip
         writer_dsn = ctx.mdb.dsn_for("root", "", dbname="lag")
     sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
                          probe_path=ctx.probe_path)  # fmt: skip

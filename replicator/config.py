@@ -40,6 +40,12 @@ class SourceConfig(_Strict):
         "('dead-letter': an insert is dead-lettered; an update or delete follows "
         "errors.on_bad_change). In a key column it is always a bad change",
     )
+    row_decoder: Literal["fast", "library"] = Field(
+        "fast",
+        description="mysql: 'fast' decodes binlog row images of the common column types "
+        "directly (other types and special values go the library way); 'library': "
+        "mysql-replication decodes every row (the reference path, slower)",
+    )
     delivery: Literal["at-least-once", "exactly-once"] = Field(
         "at-least-once",
         description="debezium-json: how the records were delivered. Kafka (and Debezium "

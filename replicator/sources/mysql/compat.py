@@ -6,6 +6,7 @@ module calls it on import). Each one is covered by the tests in ``tests/sources/
 * Table-map parsing is cached by the event's bytes (``patch_table_map_cache``): about half
   the cost of a one-row transaction otherwise.
 * ``connect``: the library opens its schema connection with pymysql's deprecated ``db=``.
+* ``rows_body``: the undecoded row images of a rows event, for ``rowimage.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,39 @@ def read_time2(self: Any, column: Any) -> timedelta:
         microseconds=frac * _FRAC_SCALE[fb],
     )
     return -td if neg else td
+
+
+_HEADER = 20  # OK byte + the 19-byte event header
+
+
+def rows_body(ev: Any) -> tuple[bytes, bytes, bytes | None] | None:
+    """(row images, columns-present bitmap, the after image's bitmap for an update) of a
+    rows event whose rows were not read yet, or None when the packet is not in the state
+    its constructor leaves it in (or the library's internals are not as in 1.0.17). Reads
+    without consuming: ``ev.rows`` still works."""
+    wrapper = ev.packet
+    raw: Any = getattr(wrapper, "packet", None)  # pymysql's MysqlPacket: OK byte, header, ...
+    pos: Any = getattr(raw, "_position", None)
+    pushed_back: Any = getattr(wrapper, "_BinLogPacketWrapper__data_buffer", None)
+    unread: Any = getattr(ev, "_RowsEvent__rows", ()) is None
+    if (
+        raw is None
+        or pos is None
+        or pushed_back != b""
+        or not unread
+        or not getattr(ev, "complete", False)
+        or pos != _HEADER + wrapper.read_bytes
+    ):
+        return None
+    end = _HEADER + ev.event_size  # ev.event_size: the body without header and checksum
+    data = raw.get_all_data()
+    if end > len(data) or pos > end:
+        return None
+    return (
+        bytes(data[pos:end]),
+        ev.columns_present_bitmap,
+        getattr(ev, "columns_present_bitmap2", None),
+    )
 
 
 def connect(**kw: Any) -> pymysql.Connection[Any]:

@@ -125,16 +125,20 @@ class MySQLSource(ChangeSource):
         poll_max_events: int = 20000,
         zero_dates: str = "null",
         progress: bool | None = None,
+        row_decoder: str = "fast",
     ) -> None:
         super().__init__(dead_letters)
         if zero_dates not in ZERO_DATE_POLICIES:
             raise ValueError(f"zero_dates must be one of {ZERO_DATE_POLICIES}")
+        if row_decoder not in ("fast", "library"):
+            raise ValueError("row_decoder must be 'fast' or 'library'")
         self.params = setup.parse_dsn(dsn)
         self.server_id = server_id
         self.tables_config = list(tables) if tables is not None else None
         self.snapshot_chunk_rows = snapshot_chunk_rows
         self.poll_max_events = poll_max_events
         self.zero_dates = zero_dates
+        self.fast_rows = row_decoder == "fast"
         self.progress = progress
         state = Path(state_dir) if state_dir else None
         self.snapshot_path = state / f"mysql-{server_id}.snapshot.json" if state else None
@@ -315,7 +319,8 @@ class MySQLSource(ChangeSource):
             # Newer than the resume point: the stream repeats what the snapshot saw, i.e. every
             # transaction written before its binlog point (inserts must become upserts).
             self.replay = ReplayWindow(
-                snapshot_rows=True, changes_until=SourcePosition(source="mysql", parts=(*snap_at, -1))
+                snapshot_rows=True,
+                changes_until=SourcePosition(source="mysql", parts=(*snap_at, -1)),
             )
             if self.offsets_path is not None:  # from an earlier life of these tables
                 self.offsets_path.unlink(missing_ok=True)
@@ -364,7 +369,10 @@ class MySQLSource(ChangeSource):
         if self.snapshot_path:
             self._snap_state.save(self.snapshot_path)
         self._cursor = SnapshotCursor(
-            reader.chunks(), total=reader.estimated_rows(), desc="snapshot mysql", progress=self.progress
+            reader.chunks(),
+            total=reader.estimated_rows(),
+            desc="snapshot mysql",
+            progress=self.progress,
         )
 
     def close(self) -> None:
@@ -416,6 +424,7 @@ class MySQLSource(ChangeSource):
                 self.zero_dates,
                 self._resume,
                 self._last_out,
+                fast_rows=self.fast_rows,
             )
         yield from self._stream.poll(self.poll_max_events)
 

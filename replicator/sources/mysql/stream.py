@@ -41,6 +41,7 @@ from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
     RowConverter,
@@ -84,6 +85,7 @@ class _Rel:
     schema: TableSchema | None = None
     rows: RowConverter | None = None
     key: tuple[str, ...] = ()
+    decoder: RowImageDecoder | None = None  # the fast path, None: every row by the library
 
 
 @dataclass
@@ -114,6 +116,8 @@ class BinlogStream:
         zero_dates: str,
         resume: tuple[str, int],
         last_out: tuple[Any, ...] = (),
+        *,
+        fast_rows: bool = True,
     ) -> None:
         self.params = params
         self.server_id = server_id
@@ -126,6 +130,9 @@ class BinlogStream:
         self.resume = resume  # where a new connection starts: a transaction boundary
         self.last_out = last_out  # position of the last event handed out
         self.converters: list[RowConverter] = []
+        self.fast_rows = fast_rows
+        self.fast_events = 0  # rows events decoded by rowimage.py
+        self.fallback_events = 0  # rows events with a decoder that went the library way
         self._file = resume[0]
         self._reader: BinLogStreamReader | None = None
         self._rels: dict[int, _Rel] = {}
@@ -277,6 +284,8 @@ class BinlogStream:
                     getattr(c, "decimals", None),
                     getattr(c, "fsp", None),
                     getattr(c, "bits", None),
+                    getattr(c, "length_size", None),  # the row format (rowimage.py) needs
+                    getattr(c, "size", None),  # these two, the engine types do not
                     tuple(c.enum_values or ()),
                     tuple(c.set_values or ()),
                 )
@@ -301,16 +310,12 @@ class BinlogStream:
                 )
             hints = self.history.get(table)
             key = tuple(cols[i].name for i in key_idx)
+            defs = [
+                def_from_binlog(c, is_bool=hints.is_bool(c.name), is_json=hints.is_json(c.name))
+                for c in cols
+            ]
             try:
-                mappings = [
-                    map_column(
-                        def_from_binlog(
-                            c, is_bool=hints.is_bool(c.name), is_json=hints.is_json(c.name)
-                        ),
-                        key=c.name in key,
-                    )
-                    for c in cols
-                ]
+                mappings = [map_column(d, key=d.name in key) for d in defs]
             except ValueConversionError as exc:
                 raise SchemaChangeError(str(exc), table=table) from None
             schema = TableSchema(
@@ -318,7 +323,8 @@ class BinlogStream:
             )
             rows = RowConverter.build(mappings, key, self.zero_dates)
             self.converters.append(rows)
-            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key)
+            decoder = compile_table(cols, defs) if self.fast_rows else None
+            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key, decoder)
             if len(self._rel_cache) > 4096:  # unbounded DDL churn: start over
                 self._rel_cache = {sig: rel}
         if len(self._rel_by_columns) > 4096:
@@ -402,6 +408,11 @@ class BinlogStream:
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
             return
+        if rel.decoder is not None:
+            fast = self._fast_rows(ev, rel.decoder)
+            if fast is not None:
+                yield from self._decoded(ev, fast, rel, tx, base, threshold)
+                return
         try:
             rows = ev.rows
         except Exception as exc:  # library decoding failed: the row boundaries are lost
@@ -459,6 +470,59 @@ class BinlogStream:
                 raw = row.get("values") or row.get("after_values") or {}
                 self._dead_letter(table, rel.schema, raw, parts, exc)
                 continue
+            prev, self._pending = self._pending, item
+            if prev is not None:
+                self.last_out = prev[4]
+                yield self._emit(prev, False)
+
+    def _fast_rows(
+        self, ev: Any, decoder: RowImageDecoder
+    ) -> list[tuple[dict[str, Any], ...]] | None:
+        """The event's rows by ``rowimage.py``, or None: the library decodes this event."""
+        got = compat.rows_body(ev)
+        if got is None:
+            self.fallback_events += 1
+            return None
+        body, present, present2 = got
+        if not decoder.full(present) or (present2 is not None and not decoder.full(present2)):
+            self.fallback_events += 1  # not a FULL row image
+            return None
+        try:
+            rows = decoder.rows(body, 1 if present2 is None else 2)
+        except Fallback:
+            self.fallback_events += 1
+            return None
+        self.fast_events += 1
+        return rows
+
+    def _decoded(
+        self,
+        ev: Any,
+        rows: list[tuple[dict[str, Any], ...]],
+        rel: _Rel,
+        tx: _Tx,
+        base: int,
+        threshold: tuple[Any, ...],
+    ) -> Iterator[ChangeEvent]:
+        """``_rows`` for rows the fast decoder produced: engine values already, every one
+        valid (anything else made the event go the library way)."""
+        table, schema, tx_id = rel.table, rel.schema, tx.tx_id
+        t = type(ev)
+        op = Op.CREATE if t is WriteRowsEvent else Op.UPDATE if t is UpdateRowsEvent else Op.DELETE
+        ts_ms = ev.timestamp * 1000
+        file, begin = tx.file, tx.begin
+        for i, images in enumerate(rows):
+            parts = (file, begin, base | i)
+            if parts <= threshold:
+                self.stats.skipped += 1
+                continue
+            item: tuple[Any, ...]
+            if op is Op.CREATE:
+                item = (table, op, None, images[0], parts, schema, ts_ms, tx_id)
+            elif op is Op.UPDATE:
+                item = (table, op, images[0], images[1], parts, schema, ts_ms, tx_id)
+            else:
+                item = (table, op, images[0], None, parts, schema, ts_ms, tx_id)
             prev, self._pending = self._pending, item
             if prev is not None:
                 self.last_out = prev[4]
