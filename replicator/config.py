@@ -176,8 +176,10 @@ class BatchConfig(_Strict):
     max_events: Annotated[int, Field(gt=0)] = 100_000
     max_bytes: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
     max_seconds: Annotated[float, Field(gt=0)] = 10.0
-    # A batch that has waited this long is committed at the end of the current poll even if
-    # not full: bounds commit-to-visible lag under steady load without committing every poll.
+    # A batch whose first event the reader got this long ago is committed, even if not full,
+    # once everything read is in it: bounds commit-to-visible lag under steady load (about
+    # max(apply time, linger) + apply time) without a commit per poll. Lower for less lag,
+    # at the price of more commits (snapshots, small files for maintenance to merge).
     linger_seconds: Annotated[float, Field(ge=0)] = 1.0
 
 
