@@ -319,6 +319,12 @@ class MaintenanceConfig(_Strict):
         5.0, ge=0, description="look for due maintenance at most this often between batches: with "
         "batches every few seconds, every other batch or so, so files do not pile up between slices"
     )
+    max_time_share: float = Field(
+        0.25, gt=0, le=1,
+        description="between batches, slices take at most about this share of the engine's time: a "
+        "slice that took d seconds is followed by at least d * (1 - share) / share seconds without "
+        "one (many tables each due a little must not stall replication); idle slices are not paced",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _some_trigger(self) -> MaintenanceConfig:

@@ -48,6 +48,28 @@ IDLE_COMPACT_MIN_INPUT_FILES = 1
 MAX_STEPS_PER_TABLE = 1000
 
 
+@dataclass
+class SlicePacer:
+    """When the engine runs the next slice between batches: at most every ``every_seconds``
+    and, after a slice that took ``d`` seconds, not before ``d * (1 - share) / share`` more
+    (``maintenance.max_time_share``): the time a slice takes grows with the number of tables
+    due, the engine's time does not. Idle slices (the source is quiet) wait only
+    ``every_seconds``."""
+
+    every_seconds: float
+    share: float
+    last_end: float
+    pause: float = 0.0
+
+    def due(self, now: float, *, idle: bool = False) -> bool:
+        wait = self.every_seconds if idle else max(self.every_seconds, self.pause)
+        return now - self.last_end >= wait
+
+    def done(self, started: float, ended: float) -> None:
+        self.last_end = ended
+        self.pause = (ended - started) * (1 - self.share) / self.share
+
+
 @dataclass(frozen=True)
 class StepReport:
     table: str

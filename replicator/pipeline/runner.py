@@ -29,7 +29,7 @@ from replicator.iceberg.tables import (
     iceberg_table_name,
     open_catalog,
 )
-from replicator.maintenance.scheduler import Maintainer
+from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
@@ -179,7 +179,9 @@ class Replicator:
             Maintainer(cfg.maintenance, spark=self._spark, crash=crash_point)
             if cfg.maintenance.enabled else None
         )  # fmt: skip
-        self._maintained_at = time.monotonic()  # the first slice comes every_seconds in
+        mcfg = cfg.maintenance
+        # The first slice comes every_seconds in.
+        self._slices = SlicePacer(mcfg.every_seconds, mcfg.max_time_share, time.monotonic())
 
     def _spark(self) -> Any:
         if self.env.spark is not None:
@@ -192,8 +194,9 @@ class Replicator:
         """One bounded maintenance slice over the tables this run holds, when due; ``idle``:
         the source is quiet and everything read is committed (compaction then finishes)."""
         m = self.maintainer
-        if m is None or time.monotonic() - self._maintained_at < self.cfg.maintenance.every_seconds:
+        if m is None or not self._slices.due(time.monotonic(), idle=idle):
             return
+        started = time.monotonic()
         states = [
             s for t in sorted(self.checkpoints.positions())
             if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
@@ -212,7 +215,7 @@ class Replicator:
             for state in states:
                 state.table = state.table.refresh()
         finally:
-            self._maintained_at = time.monotonic()
+            self._slices.done(started, time.monotonic())
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace

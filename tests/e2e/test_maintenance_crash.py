@@ -27,7 +27,7 @@ from tests.judges import assert_no_duplicate_data_files
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 TABLES = ("public.big", "public.side", "public.pairs")
-EAGER = {"every_seconds": 0, "compact_min_input_files": 2, "convert_min_equality_delete_files": 1,
+EAGER = {"every_seconds": 0, "max_time_share": 1.0, "compact_min_input_files": 2, "convert_min_equality_delete_files": 1,
          "snapshots_keep": 2, "snapshots_max_age_seconds": 0, "orphan_min_age_seconds": 3600}
 # One point in `make test` (each run costs a minute or more; tests/maintenance/test_scheduler.py
 # crashes compaction and expiry in-process); all eight with LONG=1.

@@ -22,7 +22,7 @@ from tests.pipeline.dbz import ChangeLog
 
 pytestmark = pytest.mark.spark
 
-EAGER = {"every_seconds": 0, "compact_min_input_files": 2, "convert_min_equality_delete_files": 1,
+EAGER = {"every_seconds": 0, "max_time_share": 1.0, "compact_min_input_files": 2, "convert_min_equality_delete_files": 1,
          "snapshots_keep": 2, "snapshots_max_age_seconds": 0, "orphan_min_age_seconds": 3600}
 
 

@@ -26,7 +26,7 @@ from tests.pipeline.dbz import ChangeLog
 
 pytestmark = pytest.mark.spark
 
-EAGER = {"every_seconds": 0, "compact_min_input_files": 4, "snapshots_keep": 3,
+EAGER = {"every_seconds": 0, "max_time_share": 1.0, "compact_min_input_files": 4, "snapshots_keep": 3,
          "snapshots_max_age_seconds": 0, "orphan_min_age_seconds": 3600}
 
 
@@ -229,3 +229,17 @@ def test_health_is_read_once_per_table_version(tmp_path: Path, monkeypatch: pyte
     assert any(r.changed for r in reports)
     assert m.health(tables[0]) == table_health(tables[0])  # a new version is read afresh
     assert reads[-1] == tables[0].metadata_location != before
+
+
+def test_slices_take_at_most_their_share_of_the_engines_time() -> None:
+    # 100 tables each due a little make a long slice: the next one waits in proportion, so
+    # maintenance between batches stays near max_time_share of the engine's time.
+    from replicator.maintenance.scheduler import SlicePacer
+
+    pacer = SlicePacer(every_seconds=5.0, share=0.25, last_end=0.0)
+    assert not pacer.due(4.9) and pacer.due(5.0)
+    pacer.done(started=5.0, ended=9.0)  # a 4 s slice: 12 s without one
+    assert not pacer.due(9.0 + 11.9) and pacer.due(9.0 + 12.0)
+    assert pacer.due(9.0 + 5.0, idle=True)  # nothing competes when the source is quiet
+    pacer.done(started=21.0, ended=21.2)  # a short slice: every_seconds again
+    assert pacer.due(26.2) and not pacer.due(26.1)
