@@ -65,6 +65,13 @@ class SlicePacer:
         wait = self.every_seconds if idle else max(self.every_seconds, self.pause)
         return now - self.last_end >= wait
 
+    def budget(self, now: float, slice_seconds: float, *, idle: bool = False) -> float:
+        """The time budget of a slice starting ``now``: its share of the time since the last
+        one (a step may overrun it; the pause after the slice then makes up for it)."""
+        if idle or self.share >= 1:
+            return slice_seconds
+        return min(slice_seconds, (now - self.last_end) * self.share / (1 - self.share))
+
     def done(self, started: float, ended: float) -> None:
         self.last_end = ended
         self.pause = (ended - started) * (1 - self.share) / self.share

@@ -202,7 +202,8 @@ class Replicator:
             if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
         ]  # fmt: skip
         try:
-            tables, reports = m.run_slice([s.table for s in states], idle=idle)
+            budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
+            tables, reports = m.run_slice([s.table for s in states], budget_seconds=budget, idle=idle)
             for state, table in zip(states, tables, strict=True):
                 state.table = table
             source_of = {s.identifier: s.source_table for s in states}

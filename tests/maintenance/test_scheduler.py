@@ -243,3 +243,8 @@ def test_slices_take_at_most_their_share_of_the_engines_time() -> None:
     assert pacer.due(9.0 + 5.0, idle=True)  # nothing competes when the source is quiet
     pacer.done(started=21.0, ended=21.2)  # a short slice: every_seconds again
     assert pacer.due(26.2) and not pacer.due(26.1)
+    # A slice's budget is its share of the time since the last one (capped by slice_seconds).
+    assert pacer.budget(27.2, slice_seconds=10.0) == pytest.approx(2.0)
+    assert pacer.budget(127.2, slice_seconds=10.0) == 10.0
+    assert pacer.budget(27.2, slice_seconds=10.0, idle=True) == 10.0
+    assert SlicePacer(0.0, 1.0, 0.0).budget(0.1, slice_seconds=10.0) == 10.0
