@@ -14,6 +14,7 @@ Arrow columns instead of rebuilding them value by value.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import UTC
 from typing import Any
 
 import pyarrow as pa
@@ -41,7 +42,12 @@ class RowBlock:
         """The Python value (as ``to_pylist`` gives it); KeyError for an unknown column."""
         values = self._values.get(name)
         if values is None:
-            values = self._values[name] = self.table.column(self._index[name]).to_pylist()
+            col = self.table.column(self._index[name])
+            values = col.to_pylist()
+            if pa.types.is_timestamp(col.type) and col.type.tz is not None:
+                # pyarrow gives zoneinfo's UTC; events carry datetime.UTC (events/types.py)
+                values = [v if v is None else v.astimezone(UTC) for v in values]
+            self._values[name] = values
         return values[row]
 
     def row(self, index: int) -> BlockRow:
