@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.report import READER_MARK, SOURCE_NAMES, WORKLOAD_ORDER, time_split  # noqa: E402
+from benchmarks.report import READER_MARK, SOURCE_NAMES, WORKLOAD_ORDER, lag_label, time_split  # noqa: E402
 
 
 def _short(kind: str) -> str:
@@ -79,7 +79,7 @@ def lag(results: dict[str, Any], out: Path, done: list[str]) -> None:
         xs = [s[0] for s in v["series"]]
         ys = [s[1] for s in v["series"]]
         ax.plot(xs, ys, ".", markersize=2, alpha=0.6,
-                label=f"{SOURCE_NAMES[k]} (p50 {v['p50']:.2f}s, p99 {v['p99']:.2f}s)")  # fmt: skip
+                label=f"{lag_label(k, v)} (p50 {v['p50']:.2f}s, p99 {v['p99']:.2f}s)")  # fmt: skip
     ax.set_xlabel("source commit time (s since the writer started)")
     ax.set_ylabel("commit-to-visible lag (s)")
     ax.set_title(f"Lag at a fixed offered rate ({next(iter(lags.values()))['rate']:,.0f} events/s)")

@@ -74,6 +74,12 @@ def _snapshot_paths(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def lag_label(key: str, x: dict[str, Any]) -> str:
+    """A lag result's row name: its source, and the engine setting it ran with, if any."""
+    name = SOURCE_NAMES.get(x.get("source", key), key)
+    return f"{name} ({x['setting']})" if x.get("setting") else name
+
+
 def time_split(e: dict[str, Any], kind: str, *, snapshot: bool = False) -> list[tuple[str, float]]:
     """The engine's wall time of a phase, split into parts that add up to it."""
     p = e["parts"]
@@ -467,18 +473,19 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
     if lag:
         md += ["## Commit-to-visible lag at a fixed offered rate", "",
                "A writer process commits the lag workload at a fixed rate while the engine runs "
-               "continuously (default batch limits). Lag of a row = wall time when the Iceberg "
+               "continuously (default batch limits unless a setting is named). Lag of a row = wall time when the Iceberg "
                "snapshot holding it was committed (the catalog accepted it) minus the wall time "
                "when the source COMMIT returned to the writer. Deletes carry no row to map and "
                "are left out.", ""]  # fmt: skip
         rows = []
         for kind, x in lag.items():
+            label = lag_label(kind, x)
             if x.get("error"):
-                rows.append([SOURCE_NAMES[kind], x["error"], "", "", "", "", "", "", ""])
+                rows.append([label, x["error"], "", "", "", "", "", "", ""])
                 continue
             e = x.get("engine") or {}
             rows.append([
-                SOURCE_NAMES[kind], _f(x["rate"]), _f(x["achieved_rate"]), _f(x["samples"]),
+                label, _f(x["rate"]), _f(x["achieved_rate"]), _f(x["samples"]),
                 _f(x["p50"], 2), _f(x["p90"], 2), _f(x["p99"], 2), _f(x["max"], 2),
                 f"{_f(e.get('batches'))} / {_f(e.get('events_per_batch'))}",
                 e.get("loadavg", ""),

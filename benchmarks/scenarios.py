@@ -464,7 +464,11 @@ def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
 # -- lag at a fixed offered rate --------------------------------------------------------------
 
 
-def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
+LOW_LATENCY = {"batch": {"linger_seconds": 0.3}}  # the lag scenario's second setting
+
+
+def lag_scenario(ctx: Context, kind: str, setting: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``setting``: engine settings over the defaults (a second run, its own database)."""
     from benchmarks import lagwriter
 
     rate = float(ctx.size["lag_rate"])
@@ -473,27 +477,31 @@ def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
     keyspace = int(ctx.size["lag_keyspace"])
     seed = ctx.seed + 100
     w = lag_workload(events, seed, keyspace)
-    d = ctx.workdir(f"{kind}-lag")
+    db = "lag" if setting is None else f"lag{ctx.server_id()}"
+    d = ctx.workdir(f"{kind}-{db}")
     if kind == "postgres":
         import psycopg
 
         with psycopg.connect(ctx.pg.dsn_for("postgres"), autocommit=True) as admin:
-            admin.execute('CREATE DATABASE "lag"')
-        dsn = ctx.pg.dsn_for("lag")
+            admin.execute(f'CREATE DATABASE "{db}"')
+        dsn = ctx.pg.dsn_for(db)
         with psycopg.connect(dsn, autocommit=True) as conn:
             W.PgApplier(conn, w).create()
-        src = SourceConfig(type="postgres", dsn=dsn, slot="eng_lag", publication=PUBLICATION)
+        src = SourceConfig(type="postgres", dsn=dsn, slot=f"eng_{db}", publication=PUBLICATION)
         writer_dsn = dsn
     else:
-        ctx.mdb.execute("CREATE DATABASE `lag`")
-        conn = ctx.mdb.connect(db="lag")
+        ctx.mdb.execute(f"CREATE DATABASE `{db}`")
+        conn = ctx.mdb.connect(db=db)
         W.MySQLApplier(conn, w).create()
         conn.close()
-        src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname="lag"),
-                           tables=tuple(f"lag.{t.name}" for t in w.tables),
+        src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=db),
+                           tables=tuple(f"{db}.{t.name}" for t in w.tables),
                            server_id=ctx.server_id(), row_decoder=ctx.mysql_row_decoder)  # fmt: skip
-        writer_dsn = ctx.mdb.dsn_for("root", "", dbname="lag")
-    sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
+        writer_dsn = ctx.mdb.dsn_for("root", "", dbname=db)
+    cfg = engine_config(d / "engine", src)
+    if setting is not None:
+        cfg = with_overrides(cfg, json.dumps(setting))
+    sess = EngineSession(cfg, ctx.spark, memory_roots=ctx.memory_roots,
                          probe_path=ctx.probe_path)  # fmt: skip
     seen: list[tuple[int, float]] = []
 
@@ -520,7 +528,8 @@ def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
     sess.run(None, [("lag", start_writer)], hold=lambda: bool(procs) and procs[0].is_alive())
     for p in procs:
         p.join(timeout=60)
-    result: dict[str, Any] = {"source": kind, "rate": rate, "seconds": seconds, "events": events}
+    result: dict[str, Any] = {"source": kind, "rate": rate, "seconds": seconds, "events": events,
+                              "setting": _setting_text(setting)}  # fmt: skip
     try:
         wr = json.loads(out.read_text())
     except (OSError, ValueError) as exc:
@@ -542,10 +551,16 @@ def lag_scenario(ctx: Context, kind: str) -> dict[str, Any]:
         "engine": phase_dict(phase, label="lag") if phase else None,
         "workload": workload_info(w),
     })  # fmt: skip
-    ctx.log(f"  {kind}/lag: offered {rate:,.0f} events/s for {seconds:.0f}s "
+    ctx.log(f"  {kind}/lag{' (' + result['setting'] + ')' if setting else ''}: offered {rate:,.0f} events/s for {seconds:.0f}s "
             f"(achieved {result['achieved_rate']:,.0f}); lag p50 {result['p50']:.2f}s "
             f"p99 {result['p99']:.2f}s max {result['max']:.2f}s over {len(lags):,} rows")
     return result
+
+
+def _setting_text(setting: dict[str, Any] | None) -> str:
+    if not setting:
+        return ""
+    return ", ".join(f"{sec}.{k}: {v}" for sec, vals in setting.items() for k, v in vals.items())
 
 
 def _pct(sorted_values: list[float], p: float) -> float | None:
