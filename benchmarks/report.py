@@ -288,8 +288,8 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if snap:
         lines.append(
             f"* **Batch size in practice**: a batch closes at `batch.max_events` (100,000), "
-            f"when the source goes idle, or at the end of a poll once it has waited "
-            f"`batch.linger_seconds` (1 s); the initial snapshot ran as {snap['batches']} "
+            f"when the source goes idle, or once everything read is in it and the reader got its "
+            f"first event `batch.linger_seconds` (1 s) ago; the initial snapshot ran as {snap['batches']} "
             f"batches of {_f(snap['events_per_batch'])} rows and this change phase as "
             f"{e['batches']} batches of {_f(e['events_per_batch'])} events on average."
         )
