@@ -96,7 +96,13 @@ def with_overrides(cfg: RunConfig, overrides: str | None) -> RunConfig:
     if not overrides:
         return cfg
     data = cfg.model_dump()
-    for section, values in json.loads(overrides).items():
+    try:
+        parsed = json.loads(overrides)
+    except ValueError as exc:
+        raise SystemExit(f"{ENGINE_OVERRIDES_ENV} is not JSON ({exc}): {overrides!r}") from None
+    if not isinstance(parsed, dict):
+        raise SystemExit(f"{ENGINE_OVERRIDES_ENV} must be a JSON object of config sections: {overrides!r}")
+    for section, values in parsed.items():
         if isinstance(values, dict) and isinstance(data.get(section), dict):
             data[section].update(values)
         else:
