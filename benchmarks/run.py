@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline_for = set(_csv(args.baselines))
     metrics_for = set(_csv(args.metrics_cost))
     read_cost_for = set(_csv(args.read_cost))
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=getattr(logging, os.environ.get("BENCH_LOG", "WARNING")), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.ERROR)
     started = time.time()
     t_start = time.monotonic()

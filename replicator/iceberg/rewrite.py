@@ -43,6 +43,7 @@ from pyiceberg.table.snapshots import (
 from pyiceberg.typedef import EMPTY_DICT
 
 from replicator.checkpoint import CHECKPOINT_PROPERTY
+from replicator.iceberg.manifests import manifest_entries
 from replicator.iceberg.row_delta import (
     RowDeltaProducer,
     check_expected_head,
@@ -137,7 +138,7 @@ class _RewriteProducer(RowDeltaProducer):
         kept: list[ManifestFile] = []
         self._removed_files = []
         for manifest in super()._existing_manifests():
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            entries = manifest_entries(manifest, self._io, live_only=True)
             if not any(e.data_file.file_path in self._removed_paths for e in entries):
                 kept.append(manifest)
                 continue

@@ -84,6 +84,7 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.retry import call_with_retries
 
 __all__ = [
@@ -392,8 +393,8 @@ def manifest_writer_class(content: ManifestContent) -> type[_DataManifestWriter]
 class RowDeltaProducer(_MergeAppendFiles):
     """An append that also writes a DELETES manifest.
 
-    Inherited: ``_existing_manifests`` (every parent manifest that still has live files),
-    ``_deleted_entries`` (none), the no-op concurrency validation, and the merge settings of
+    ``_existing_manifests`` is pyiceberg's (every parent manifest that still has live files),
+    read through ``manifests.read_manifests``. Inherited: ``_deleted_entries`` (none), the no-op concurrency validation, and the merge settings of
     ``_MergeAppendFiles`` (target size). ``_process_manifests`` is ours: it merges DATA and
     DELETES manifests alike (see the module docstring). Merged entries keep their data and file
     sequence numbers, so delete semantics are unchanged.
@@ -425,6 +426,17 @@ class RowDeltaProducer(_MergeAppendFiles):
         self._remove_all = remove_all
         self._removed_all: list[DataFile] = []  # with remove_all: the parent's live files
 
+    def _existing_manifests(self) -> list[ManifestFile]:
+        if self._parent_snapshot_id is None:
+            return []
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
+        if parent is None:
+            raise ValueError(f"Snapshot could not be found: {self._parent_snapshot_id}")
+        return [
+            m for m in read_manifests(parent, self._io)
+            if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id
+        ]
+
     def _manifests(self) -> list[ManifestFile]:
         spec = self._transaction.table_metadata.spec()
         new_manifests: list[ManifestFile] = []
@@ -453,8 +465,8 @@ class RowDeltaProducer(_MergeAppendFiles):
         if parent is None:
             return []
         by_content: dict[tuple[ManifestContent, int], list[ManifestEntry]] = {}
-        for manifest in parent.manifests(self._io):
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+        for manifest in read_manifests(parent, self._io):
+            entries = manifest_entries(manifest, self._io, live_only=True)
             by_content.setdefault((manifest.content, manifest.partition_spec_id), []).extend(entries)
         out: list[ManifestFile] = []
         for (content, spec_id), entries in by_content.items():
@@ -515,7 +527,7 @@ class RowDeltaProducer(_MergeAppendFiles):
         writer = self._new_writer(manifest_writer_class(content), spec_id)
         with writer:
             for manifest in manifests:
-                for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=False):
+                for entry in manifest_entries(manifest, self._io, live_only=False):
                     ours = entry.snapshot_id == self._snapshot_id
                     if entry.status == ManifestEntryStatus.DELETED:
                         if ours:  # removed by this snapshot: keep the record of it

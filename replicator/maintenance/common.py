@@ -12,6 +12,7 @@ from pyiceberg.manifest import ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.maintenance import LAST_MAINTENANCE_PROPERTY
 
 
@@ -22,7 +23,7 @@ def normalize_path(location: str) -> str:
 
 
 def snapshot_manifests(table: Table, snapshot: Snapshot) -> list[ManifestFile]:
-    return list(snapshot.manifests(table.io))
+    return list(read_manifests(snapshot, table.io))
 
 
 def live_files(table: Table, snapshots: Iterable[Snapshot]) -> tuple[set[str], set[str]]:
@@ -33,7 +34,7 @@ def live_files(table: Table, snapshots: Iterable[Snapshot]) -> tuple[set[str], s
             manifests.setdefault(m.manifest_path, m)
     files: set[str] = set()
     for m in manifests.values():
-        for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(m, table.io, live_only=True):
             if entry.status != ManifestEntryStatus.DELETED:
                 files.add(normalize_path(entry.data_file.file_path))
     return {normalize_path(p) for p in manifests}, files

@@ -35,6 +35,7 @@ from replicator.iceberg.files import (
     equality_delete_arrow_schema,
     position_delete_arrow_schema,
 )
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
 from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
@@ -81,8 +82,8 @@ def _current_files(
     head = table.current_snapshot()
     if head is None:
         return data, pos, eq
-    for m in head.manifests(table.io):
-        for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
+    for m in read_manifests(head, table.io):
+        for entry in manifest_entries(m, table.io, live_only=True):
             f = entry.data_file
             if sequence_numbers is not None and entry.sequence_number is not None:
                 sequence_numbers[f.file_path] = entry.sequence_number

@@ -50,6 +50,7 @@ from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 
 from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.conversion_arrow import (
@@ -108,8 +109,8 @@ def plan_conversion(table: Table, max_files: int | None = None) -> _Plan | None:
         return None
     equality: list[tuple[DataFile, int]] = []
     data_files: list[tuple[DataFile, int]] = []
-    for manifest in head.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+    for manifest in read_manifests(head, table.io):
+        for entry in manifest_entries(manifest, table.io, live_only=True):
             seq = entry.sequence_number
             if seq is None:  # pragma: no cover - inherited on read for v2 manifests
                 raise ValueError(f"{entry.data_file.file_path}: no data sequence number")

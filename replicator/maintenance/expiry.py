@@ -26,6 +26,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from replicator.checkpoint import CHECKPOINT_PROPERTY, checkpoint_at
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.maintenance import Crash, no_crash
 from replicator.maintenance.common import last_maintenance_record, live_files, normalize_path
 
@@ -100,11 +101,11 @@ def expire_snapshots(
     seen: set[str] = set()
     for snap in expired:
         doomed = [snap.manifest_list]
-        for m in snap.manifests(io):
+        for m in read_manifests(snap, io):
             if normalize_path(m.manifest_path) in kept_manifests or m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
-            for entry in m.fetch_manifest_entry(io, discard_deleted=False):
+            for entry in manifest_entries(m, io, live_only=False):
                 path = entry.data_file.file_path
                 if normalize_path(path) not in kept_files and path not in seen:
                     seen.add(path)

@@ -22,6 +22,7 @@ from pyarrow.fs import FileSelector, FileType
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.maintenance import Crash, no_crash
 from replicator.maintenance.common import normalize_path
 
@@ -46,12 +47,12 @@ def referenced_paths(table: Table) -> set[str]:
     seen: set[str] = set()
     for snap in meta.snapshots:
         refs.add(normalize_path(snap.manifest_list))
-        for m in snap.manifests(table.io):
+        for m in read_manifests(snap, table.io):
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
             refs.add(normalize_path(m.manifest_path))
-            for entry in m.fetch_manifest_entry(table.io, discard_deleted=False):
+            for entry in manifest_entries(m, table.io, live_only=False):
                 refs.add(normalize_path(entry.data_file.file_path))
     return refs
 

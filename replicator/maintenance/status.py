@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
+from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.common import read_last_maintenance
 
@@ -46,9 +47,9 @@ def table_health(table: Table) -> TableHealth:
     manifests = data = data_bytes = pos = eq = 0
     oldest_eq: int | None = None
     if head is not None:
-        for m in head.manifests(table.io):
+        for m in read_manifests(head, table.io):
             manifests += 1
-            for entry in m.fetch_manifest_entry(table.io, discard_deleted=True):
+            for entry in manifest_entries(m, table.io, live_only=True):
                 f = entry.data_file
                 if f.content == DataFileContent.DATA:
                     data += 1

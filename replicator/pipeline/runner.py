@@ -23,6 +23,7 @@ from replicator.config import RunConfig, redact_dsn
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, Op, SourcePosition
+from replicator.iceberg.manifests import read_manifests
 from replicator.iceberg.tables import (
     SOURCE_TABLE_PROPERTY,
     TableManager,
@@ -461,7 +462,7 @@ class Replicator:
 def _file_counts(table: Any) -> tuple[int, int, int]:
     """(data, position delete, equality delete) files of the table's current snapshot."""
     snapshot = table.current_snapshot()
-    if snapshot is None or not snapshot.manifests(table.io):
+    if snapshot is None or not read_manifests(snapshot, table.io):
         return 0, 0, 0  # (pyiceberg's files() fails on an empty manifest list, e.g. after TRUNCATE)
     counts = Counter(int(c) for c in table.inspect.files().column("content").to_pylist())
     return counts[0], counts[1], counts[2]
