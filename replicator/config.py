@@ -312,8 +312,15 @@ class MaintenanceConfig(_Strict):
         "must never lose its files: keep it far above the longest batch)",
     )
     slice_seconds: float = Field(
-        10.0, gt=0, description="time budget of one maintenance slice between batches (checked before "
-        "each step; a conversion and the compaction right after it count as one)"
+        10.0, gt=0, description="time budget of one maintenance slice (checked before each step; a "
+        "conversion and the compaction right after it count as one); between batches also capped by "
+        "busy_slice_seconds"
+    )
+    busy_slice_seconds: float = Field(
+        0.5, gt=0, description="between batches (changes waiting), a slice starts no new step after "
+        "this long and the steps it left due follow at the next batches, paced by max_time_share: a "
+        "slice holds the stream for about one table's steps, not every table's (commit-to-visible "
+        "lag); no cap when max_time_share is 1"
     )
     every_seconds: float = Field(
         5.0, ge=0, description="look for due maintenance at most this often between batches: with "

@@ -365,12 +365,25 @@ def _with_int_equality_ids(entry_schema: Schema) -> Schema:
     return Schema(*fields, schema_id=entry_schema.schema_id)
 
 
+# (format version, partition type) -> manifest entry schema; one per partition layout in use.
+_ENTRY_SCHEMAS: dict[tuple[int, StructType], Schema] = {}
+_ENTRY_SCHEMAS_MAX = 256
+
+
 class _DataManifestWriter(ManifestWriterV2):
     """pyiceberg's v2 manifest writer with the spec's ``list<int>`` type for equality_ids."""
 
     def _with_partition(self, format_version: TableVersion) -> Schema:
-        # Used for both the file schema and the record schema of the Avro writer.
-        return _with_int_equality_ids(super()._with_partition(format_version))
+        # Used for both the file schema and the record schema of the Avro writer, twice per
+        # manifest written; it depends only on the version and the partition type, and
+        # building it is a good part of a small commit's time.
+        key = (format_version, self._spec.partition_type(self._schema))
+        schema = _ENTRY_SCHEMAS.get(key)
+        if schema is None:
+            schema = _with_int_equality_ids(super()._with_partition(format_version))
+            if len(_ENTRY_SCHEMAS) < _ENTRY_SCHEMAS_MAX:
+                _ENTRY_SCHEMAS[key] = schema
+        return schema
 
 
 class _DeleteManifestWriter(_DataManifestWriter):

@@ -50,31 +50,46 @@ MAX_STEPS_PER_TABLE = 1000
 
 @dataclass
 class SlicePacer:
-    """When the engine runs the next slice between batches: at most every ``every_seconds``
-    and, after a slice that took ``d`` seconds, not before ``d * (1 - share) / share`` more
-    (``maintenance.max_time_share``): the time a slice takes grows with the number of tables
-    due, the engine's time does not. Idle slices (the source is quiet) wait only
-    ``every_seconds``."""
+    """When the engine runs the next slice between batches, and for how long.
+
+    At most every ``every_seconds`` and, after a slice that took ``d`` seconds, not before
+    ``d * (1 - share) / share`` more (``maintenance.max_time_share``): the time a slice takes
+    grows with the number of tables due, the engine's time does not. A slice between batches
+    starts no new step after ``busy_seconds`` (``maintenance.busy_slice_seconds``): changes
+    wait while it runs, so it holds them for about one table's steps; what it left due
+    follows after the pause alone (``unfinished``), not after ``every_seconds``, so the work
+    per round stays the same, cut into pieces with batches between them. Idle slices (the
+    source is quiet) wait only ``every_seconds`` and take ``slice_seconds``."""
 
     every_seconds: float
     share: float
     last_end: float
+    busy_seconds: float = float("inf")
     pause: float = 0.0
+    unfinished: bool = False
 
     def due(self, now: float, *, idle: bool = False) -> bool:
-        wait = self.every_seconds if idle else max(self.every_seconds, self.pause)
+        if idle:
+            wait = self.every_seconds
+        elif self.unfinished:
+            wait = self.pause
+        else:
+            wait = max(self.every_seconds, self.pause)
         return now - self.last_end >= wait
 
     def budget(self, now: float, slice_seconds: float, *, idle: bool = False) -> float:
         """The time budget of a slice starting ``now``: its share of the time since the last
-        one (a step may overrun it; the pause after the slice then makes up for it)."""
+        one, at most ``busy_seconds`` (a step may overrun it; the pause after the slice then
+        makes up for it). A share of 1 (maintenance may take all the time) has no cap."""
         if idle or self.share >= 1:
             return slice_seconds
-        return min(slice_seconds, (now - self.last_end) * self.share / (1 - self.share))
+        since = (now - self.last_end) * self.share / (1 - self.share)
+        return min(slice_seconds, self.busy_seconds, since)
 
-    def done(self, started: float, ended: float) -> None:
+    def done(self, started: float, ended: float, *, unfinished: bool = False) -> None:
         self.last_end = ended
         self.pause = (ended - started) * (1 - self.share) / self.share
+        self.unfinished = unfinished
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,8 @@ class Maintainer:
     # table -> (monotonic time its last conversion ended, how long it took): the pacing
     _converted: dict[str, tuple[float, float]] = field(default_factory=dict)
     _turn: int = 0
+    # Whether the last slice ran out of budget with steps still due (the pacer resumes it).
+    unfinished: bool = False
     # table -> (metadata location, its health): a table's health changes only with a commit
     # (a new metadata file), so a slice over many idle tables reads no manifests.
     _health: dict[str, tuple[str, TableHealth]] = field(default_factory=dict)
@@ -231,6 +248,7 @@ class Maintainer:
         out = list(tables)
         reports: list[StepReport] = []
         n = len(out)
+        resume_at: int | None = None  # the first table the budget left due steps on
         for i in range(n):
             idx = (self._turn + i) % n
             converted = False
@@ -238,13 +256,17 @@ class Maintainer:
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
+                    if resume_at is None:
+                        resume_at = idx
                     break
                 if kind == "compaction" and self.health(out[idx]).equality_delete_files:
                     continue  # the conversion before it did not finish them all
                 out[idx], report = self.step(out[idx], kind, idle=idle)
                 reports.append(report)
                 converted = kind == "conversion" and report.changed
-        self._turn = (self._turn + 1) % max(n, 1)
+        # The next slice starts where this one ran out of time, else at the next table.
+        self._turn = resume_at if resume_at is not None else (self._turn + 1) % max(n, 1)
+        self.unfinished = resume_at is not None
         return out, reports
 
     def run_all(self, table: Table) -> Iterator[tuple[Table, StepReport]]:

@@ -182,7 +182,9 @@ class Replicator:
         )  # fmt: skip
         mcfg = cfg.maintenance
         # The first slice comes every_seconds in.
-        self._slices = SlicePacer(mcfg.every_seconds, mcfg.max_time_share, time.monotonic())
+        self._slices = SlicePacer(
+            mcfg.every_seconds, mcfg.max_time_share, time.monotonic(), busy_seconds=mcfg.busy_slice_seconds
+        )
 
     def _spark(self) -> Any:
         if self.env.spark is not None:
@@ -217,7 +219,7 @@ class Replicator:
             for state in states:
                 state.table = state.table.refresh()
         finally:
-            self._slices.done(started, time.monotonic())
+            self._slices.done(started, time.monotonic(), unfinished=m.unfinished and not idle)
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace

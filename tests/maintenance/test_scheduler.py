@@ -248,3 +248,56 @@ def test_slices_take_at_most_their_share_of_the_engines_time() -> None:
     assert pacer.budget(127.2, slice_seconds=10.0) == 10.0
     assert pacer.budget(27.2, slice_seconds=10.0, idle=True) == 10.0
     assert SlicePacer(0.0, 1.0, 0.0).budget(0.1, slice_seconds=10.0) == 10.0
+
+
+def test_a_busy_slice_holds_batches_for_about_one_step_and_the_rest_follows() -> None:
+    """Between batches a slice stops starting steps after busy_seconds (changes wait on it);
+    what it left due comes after the share's pause alone, not after every_seconds."""
+    from replicator.maintenance.scheduler import SlicePacer
+
+    pacer = SlicePacer(every_seconds=5.0, share=0.25, last_end=0.0, busy_seconds=0.5)
+    assert pacer.budget(100.0, slice_seconds=10.0) == 0.5
+    assert pacer.budget(100.0, slice_seconds=10.0, idle=True) == 10.0  # nothing waits
+    assert SlicePacer(0.0, 1.0, 0.0, busy_seconds=0.5).budget(1.0, slice_seconds=10.0) == 10.0
+    pacer.done(started=100.0, ended=100.6, unfinished=True)  # 0.6 s: 1.8 s pause
+    assert not pacer.due(102.3) and pacer.due(102.4)
+    pacer.done(started=102.4, ended=102.6)  # finished: every_seconds again
+    assert not pacer.due(107.5) and pacer.due(107.6)
+
+
+def test_an_unfinished_slice_resumes_where_its_budget_ran_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slices cut short by their budget do, over the next slices, every step one long slice
+    does, each table in turn, and say when they are done."""
+    from replicator.maintenance import scheduler
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    _, a = _churned_table(tmp_path / "a", seed=4, txs=30)
+    _, b = _churned_table(tmp_path / "b", seed=5, txs=30)
+    m = Maintainer(MaintenanceConfig.model_validate(EAGER))
+    due = [m.due(a), m.due(b)]
+    assert all("compaction" in kinds for kinds in due)
+    # Each step "takes" one second of a fake clock; the budget is half a second.
+    now = [0.0]
+    monkeypatch.setattr(scheduler.time, "monotonic", lambda: now[0])
+    real_step = m.step
+    done: list[tuple[int, str]] = []
+
+    def step(table: Any, kind: str, *, idle: bool = False) -> Any:
+        now[0] += 1.0
+        done.append((0 if table.location() == a.location() else 1, kind))
+        return real_step(table, kind, idle=idle)
+
+    monkeypatch.setattr(m, "step", step)
+    tables = [a, b]
+    for _ in range(10):
+        tables, reports = m.run_slice(tables, budget_seconds=0.5)
+        assert len(reports) == 1  # one step per slice
+        if not m.unfinished:
+            break
+    assert not m.unfinished
+    # (orphan cleanup is recorded by table name, and both tables are named alike)
+    assert done == [*((0, k) for k in due[0]), *((1, k) for k in due[1] if k != "orphans")]
+    assert all(m.due(t) in ([], ["orphans"]) for t in tables)
