@@ -437,6 +437,10 @@ class EngineSession:
         pending = list(steps)
 
         def on_idle() -> None:
+            if not pending and hold is not None and self._current is not None and hold():
+                # The last step's writer still runs (the lag scenario): an idle moment between
+                # its transactions does not end its phase.
+                return
             self._close_phase()
             if not pending:
                 if hold is not None and hold():
