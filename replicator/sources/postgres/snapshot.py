@@ -18,7 +18,7 @@ the row with that key, 'd' of a missing key is a no-op) ends at the right state.
 
 Resume. Tables are read one by one in a fixed order, each in key order,
 ``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
-ORDER BY key LIMIT n) TO STDOUT`` per chunk, parsed into Arrow (``copy_chunks``; the events
+ORDER BY key LIMIT n) TO STDOUT`` per chunk (read whole, ``copy_out``), parsed into Arrow (``copy_chunks``; the events
 carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
 server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
@@ -47,6 +47,7 @@ from replicator.events.block import RowBlock
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
 from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout, row_sizes
+from replicator.sources.postgres.copy_out import copy_out
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
@@ -201,13 +202,10 @@ class SnapshotReader:
                 f"COPY (SELECT {select} FROM {only}{t.sql}{where} ORDER BY {order} "
                 f"LIMIT {int(self.chunk_rows)}) TO STDOUT (FORMAT csv)"
             )
-            buf = bytearray()
-            with self.conn.cursor() as cur, cur.copy(query) as copy:
-                for data in copy:
-                    buf += data
-            if not buf:
+            data = copy_out(self.conn, query)
+            if not data:
                 return
-            chunk = self._copy_chunk(t, layout, names, key_idx, bytes(buf))
+            chunk = self._copy_chunk(t, layout, names, key_idx, data)
             n = len(chunk)
             self.next_seq += n
             chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
