@@ -126,7 +126,15 @@ class SnapshotCursor(Generic[C]):
         return f"{self._desc}: {self._read:,} rows read in this run{of}, {rate:,.0f} rows/s"
 
     def close(self) -> None:
+        """Stop reading: the chunk generator ends now (a read it has in flight on a helper
+        thread is awaited), before its source closes the connection under it."""
         self._chunk = None
+        stop = getattr(self._chunks, "close", None)
+        if stop is not None:
+            try:
+                stop()
+            except Exception as exc:  # noqa: BLE001 - closing must go on (the connection is closed next)
+                log.warning("%s: stopping the snapshot read failed: %s", self._desc, exc)
         if self._bar is not None:
             self._bar.close()
             self._bar = None

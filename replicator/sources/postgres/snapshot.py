@@ -18,7 +18,8 @@ the row with that key, 'd' of a missing key is a no-op) ends at the right state.
 
 Resume. Tables are read one by one in a fixed order, each in key order,
 ``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
-ORDER BY key LIMIT n) TO STDOUT`` per chunk, parsed into Arrow (``copy_chunks``; the events
+ORDER BY key LIMIT n) TO STDOUT`` per chunk (read whole by ``copy_out``, the next one on a
+helper thread while a chunk is handed out), parsed into Arrow (``copy_chunks``; the events
 carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
 server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
@@ -34,6 +35,7 @@ directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,7 @@ from replicator.events.block import RowBlock
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
 from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout, row_sizes
+from replicator.sources.postgres.copy_out import copy_out
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
@@ -185,36 +188,45 @@ class SnapshotReader:
     ) -> Iterator[Chunk]:  # fmt: skip
         """The table in key order, ``chunk_rows`` rows per ``COPY (SELECT ... WHERE key >
         last ORDER BY key LIMIT n)``: each chunk is one statement of the same REPEATABLE READ
-        transaction, so the chunks together are exactly the snapshot's rows."""
+        transaction, so the chunks together are exactly the snapshot's rows.
+
+        The next chunk's COPY runs on a helper thread while this chunk's rows are handed out
+        (the server's part of a chunk costs about as much as the engine's): it starts once
+        this chunk is parsed (its query needs the chunk's last key) and is the connection's
+        only user until it ends; stopping early waits for it (the pool's exit)."""
         key_cols = t.key_columns
         q = quote_ident
         select = ", ".join([
             *(q(n) for n in names), *(f"{q(k)} AS {q(KEY_TEXT_PREFIX + k)}" for k in key_cols)
         ])  # fmt: skip
         order = ", ".join(q(k) for k in key_cols)
-        while True:
+
+        def query() -> str:
             where = ""
             if self.last_key is not None:
                 lits = ", ".join(pgsql.Literal(v).as_string(self.conn) for v in self.last_key)
                 where = f" WHERE ({order}) > ({lits})"
-            query = (
+            return (
                 f"COPY (SELECT {select} FROM {only}{t.sql}{where} ORDER BY {order} "
                 f"LIMIT {int(self.chunk_rows)}) TO STDOUT (FORMAT csv)"
             )
-            buf = bytearray()
-            with self.conn.cursor() as cur, cur.copy(query) as copy:
-                for data in copy:
-                    buf += data
-            if not buf:
-                return
-            chunk = self._copy_chunk(t, layout, names, key_idx, bytes(buf))
-            n = len(chunk)
-            self.next_seq += n
-            chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
-            self.boundaries.append(chunk.boundary)
-            yield chunk
-            if n < self.chunk_rows:
-                return
+
+        with ThreadPoolExecutor(1, thread_name_prefix="snapshot-copy") as pool:
+            pending = pool.submit(copy_out, self.conn, query())
+            while True:
+                data = pending.result()
+                if not data:
+                    return
+                chunk = self._copy_chunk(t, layout, names, key_idx, data)
+                n = len(chunk)
+                if n >= self.chunk_rows:  # maybe more: read the next chunk meanwhile
+                    pending = pool.submit(copy_out, self.conn, query())
+                self.next_seq += n
+                chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+                self.boundaries.append(chunk.boundary)
+                yield chunk
+                if n < self.chunk_rows:
+                    return
 
     def _copy_chunk(
         self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError, TransientError
 from replicator.events.block import BlockRow
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
 from replicator.sources.base import ChangeSource, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
@@ -301,18 +302,17 @@ class PostgresSource(ChangeSource):
         for i, key, size in chunk.big_rows or ():  # the TOAST row cache, as row by row
             if start <= i < stop:
                 self._toast.put((table, key), dict(block.row(i)), size)
-        read, pos, row = Op.READ, SourcePosition, BlockRow
-        for i in range(start, stop):
+        rows = map(BlockRow, repeat(block), range(start, stop))
+        events = read_events(table, schema, rows, "postgres", zip(repeat(lsn), range(first + start, first + stop)))
+        asm, stats, seq = self._asm, self.stats, first + start
+        for ev in events:
             # The last event's position must be set before it is handed out (a consumer may
             # stop after any event): so per event, as row by row.
-            seq = first + i
-            self._asm.last_out = (lsn, seq)
+            asm.last_out = (lsn, seq)
             self._snap_last_seq = seq
-            self.stats.snapshot_rows += 1
-            yield ChangeEvent(
-                table, read, None, row(block, i), position=pos("postgres", (lsn, seq)),
-                schema=schema, last_in_tx=True,
-            )  # fmt: skip
+            stats.snapshot_rows += 1
+            seq += 1
+            yield ev
 
     def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
         rel = self._snap_rels[chunk.table.qualified]
