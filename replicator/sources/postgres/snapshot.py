@@ -34,11 +34,13 @@ directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,6 +54,8 @@ from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout,
 from replicator.sources.postgres.copy_out import copy_out
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.setup import TableInfo, quote_ident
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -128,13 +132,45 @@ class SnapshotReader:
         return self.table_index >= len(self.tables)
 
     def estimated_rows(self) -> int:
-        oids = [t.oid for t in self.tables[self.table_index :]]
+        """Rows left to read, as the planner estimates them: whole tables by ``reltuples``,
+        and a table resumed after ``last_key`` by the plan of the rest (a resumed snapshot's
+        progress counts what this run reads, so its total must be what is left)."""
+        tables = self.tables[self.table_index :]
+        resumed = tables[0] if tables and self.last_key is not None and tables[0].key_columns else None
+        oids = [t.oid for t in tables if t is not resumed]
         total = self.conn.execute(
             "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class "
             "WHERE oid = ANY(%s)",
             (oids,),
         ).fetchone()
-        return int(total[0]) if total else 0
+        rows = int(total[0]) if total else 0
+        if resumed is not None:
+            rows += self._rows_after_last_key(resumed)
+        return rows
+
+    def _rows_after_last_key(self, t: TableInfo) -> int:
+        assert self.last_key is not None
+        only = "" if t.relkind == "p" else "ONLY "
+        order = ", ".join(quote_ident(k) for k in t.key_columns)
+        lits = ", ".join(pgsql.Literal(v).as_string(self.conn) for v in self.last_key)
+        # A savepoint: an estimate that fails must not abort the snapshot's transaction.
+        self.conn.execute("SAVEPOINT replicator_estimate")
+        try:
+            row = self.conn.execute(
+                f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {only}{t.sql} WHERE ({order}) > ({lits})"
+            ).fetchone()
+            self.conn.execute("RELEASE SAVEPOINT replicator_estimate")
+        except psycopg.Error as exc:
+            self.conn.execute("ROLLBACK TO SAVEPOINT replicator_estimate")
+            log.warning("no row estimate for the rest of %s: %s", t.qualified, exc)
+            return 0
+        try:
+            plan = row[0] if row else None
+            if isinstance(plan, str):
+                plan = orjson.loads(plan)
+            return max(int(plan[0]["Plan"]["Plan Rows"]), 0)  # type: ignore[index]
+        except (LookupError, TypeError, ValueError):
+            return 0  # no estimate: the bar shows a count without a total share
 
     def chunks(self) -> Iterator[Chunk]:
         """Chunks of rows; ``chunk.boundary`` says where to resume after it."""
