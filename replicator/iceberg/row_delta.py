@@ -77,7 +77,12 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update import SetPropertiesUpdate, TableUpdate, update_table_metadata
+from pyiceberg.table.update import (
+    SetPropertiesUpdate,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+)
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
@@ -204,8 +209,10 @@ def check_expected_head(
 
 class _CachedMetadataTransaction(Transaction):
     """A transaction whose ``table_metadata`` is computed once per (base metadata, staged
-    updates) instead of on every access. TableMetadata is immutable (frozen pydantic models),
-    so sharing one result is safe; pyiceberg deep-copies only defensively."""
+    updates) instead of on every access, and without pyiceberg's closing deep copy (about a
+    third of a small commit's time with a few dozen snapshots). TableMetadata is immutable
+    (frozen pydantic models) and this view is only read (the catalog applies the updates to
+    the metadata it loads itself), so sharing one result is safe."""
 
     _metadata_cache: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
 
@@ -214,8 +221,19 @@ class _CachedMetadataTransaction(Transaction):
         base, updates = self._table.metadata, self._updates
         cached = self._metadata_cache
         if cached is None or cached[0] is not base or cached[1] is not updates:
-            cached = self._metadata_cache = (base, updates, update_table_metadata(base, updates))
+            cached = self._metadata_cache = (base, updates, _staged_metadata(base, updates))
         return cached[2]
+
+
+def _staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> TableMetadata:
+    """``base`` with ``updates`` applied by pyiceberg's own per-update rules: what
+    ``update_table_metadata`` gives, less its ``last_updated_ms`` refresh and its final deep
+    copy (the catalog's commit does both on the metadata it commits)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    return metadata
 
 
 def producer_transaction(table: Table) -> Transaction:

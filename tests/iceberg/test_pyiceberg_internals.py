@@ -80,6 +80,12 @@ def test_cached_table_metadata_follows_staged_updates(tmp_path: Path) -> None:
     tx._apply((SetPropertiesUpdate(updates={"k": "v"}),), ())
     assert tx.table_metadata.properties["k"] == "v"  # recomputed after staging
     assert "k" not in first.properties
+    # The staged view is pyiceberg's update_table_metadata less its clock and deep copy.
+    from pyiceberg.table.update import update_table_metadata
+
+    theirs = update_table_metadata(table.metadata, tx._updates)
+    ours = tx.table_metadata
+    assert ours.model_copy(update={"last_updated_ms": theirs.last_updated_ms}) == theirs
 
 
 def test_manifest_writer_and_transaction_hooks() -> None:
