@@ -1,5 +1,5 @@
-"""Compaction: bin-pack small data files, with the position deletes that apply to them, into
-files near the target size, committed as ONE snapshot that removes the old data files and
+"""Compaction: bin-pack small data files (chosen by size tiers, ``compaction_inputs``), with
+the position deletes that apply to them, into files near the target size, committed as ONE snapshot that removes the old data files and
 the position-delete files that no longer apply.
 
 Rows are read with pyiceberg's Arrow scan (position deletes applied, old files projected to
@@ -38,16 +38,13 @@ from replicator.iceberg.files import (
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
+from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
 from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
 from spark.object_storage import file_io_properties
 
 log = logging.getLogger(__name__)
 
 KIND = "compaction"
-# A data file at least this share of the target is "big enough" (unless deletes hit it).
-SMALL_FRACTION = 0.75
-# One compaction step reads at most this many target sizes of input (a bounded slice).
-MAX_INPUT_TARGETS = 4
 
 
 @dataclass(frozen=True)
@@ -112,17 +109,15 @@ def plan_compaction(
     for f in pos:
         for path in targets[f.file_path]:
             hit[path].append(f)
-    small = [f for f in data if f.file_size_in_bytes < SMALL_FRACTION * target_file_bytes or f.file_path in hit]
-    if len(small) < min_input_files and len(pos) < min_input_files:
+    by_path = {f.file_path: f for f in data}
+    picked = choose_inputs(
+        [Candidate(f.file_path, f.file_size_in_bytes, f.file_path in hit) for f in data],
+        target_file_bytes=target_file_bytes, min_input_files=min_input_files,
+        delete_files=len(pos),
+    )  # fmt: skip
+    if not picked:
         return None
-    if len(small) < 2 and not any(f.file_path in hit for f in small):
-        return None  # one small file without deletes: nothing to gain
-    chosen: list[DataFile] = []
-    budget = MAX_INPUT_TARGETS * target_file_bytes
-    for f in sorted(small, key=lambda f: f.file_path):  # write order: batch ids sort by time
-        if chosen and sum(c.file_size_in_bytes for c in chosen) + f.file_size_in_bytes > budget:
-            break
-        chosen.append(f)
+    chosen = [by_path[c.path] for c in picked]
     names = {f.file_path for f in chosen}
     applying = {d.file_path: d for f in chosen for d in hit.get(f.file_path, [])}
     droppable = [d for d in applying.values() if targets[d.file_path] <= names]

@@ -1,0 +1,103 @@
+"""Which files a compaction step rewrites: size tiers bound how often a row is copied."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicator.maintenance.compaction_inputs import (
+    MAX_INPUT_TARGETS,
+    SMALL_FRACTION,
+    Candidate,
+    choose_inputs,
+)
+
+MB = 1 << 20
+TARGET = 128 * MB
+
+
+def clean(*sizes_mb: float) -> list[Candidate]:
+    return [Candidate(f"f{i:04d}", int(s * MB), False) for i, s in enumerate(sizes_mb)]
+
+
+def sizes(files: list[Candidate]) -> list[float]:
+    return sorted(f.size / MB for f in files)
+
+
+def choose(files: list[Candidate], *, m: int = 4, deletes: int = 0) -> list[Candidate]:
+    return choose_inputs(files, target_file_bytes=TARGET, min_input_files=m, delete_files=deletes)
+
+
+def test_similar_batch_files_are_merged() -> None:
+    assert sizes(choose(clean(3, 3, 3, 3))) == [3, 3, 3, 3]
+    assert choose(clean(3, 3, 3)) == []  # not yet min_input_files
+
+
+def test_a_big_file_waits_until_the_small_ones_add_up_to_it() -> None:
+    # Plain bin-packing copied the 60 MB output of earlier steps at every step.
+    assert sizes(choose(clean(60, 3, 3, 3, 3))) == [3, 3, 3, 3]
+    assert sizes(choose(clean(60, 12, 3, 3, 3, 3))) == [3, 3, 3, 3, 12]
+    assert sizes(choose(clean(60, 24, 12, 12, 6, 6))) == [6, 6, 12, 12, 24, 60]
+
+
+def test_a_group_may_start_above_the_smallest_file() -> None:
+    assert sizes(choose(clean(1, 10, 10, 10, 10))) == [10, 10, 10, 10]
+
+
+def test_big_enough_files_are_left_alone() -> None:
+    big = SMALL_FRACTION * TARGET / MB + 1
+    assert choose(clean(big, big, big, big, 3)) == []
+
+
+def test_files_with_deletes_always_join() -> None:
+    files = [*clean(3, 3), Candidate("hit-big", 200 * MB, True)]
+    # Due by the position-delete files' count; the clean ones are smaller than the group.
+    got = choose(files, deletes=4)
+    assert [f.path for f in got] == ["f0000", "f0001", "hit-big"]
+    assert choose(files, deletes=1) == []  # three files, one delete file: not due
+
+
+def test_one_step_reads_a_bounded_amount() -> None:
+    files = clean(*([90] * 12))
+    got = choose(files)
+    assert sum(f.size for f in got) <= MAX_INPUT_TARGETS * TARGET
+    assert len(got) == 5  # 450 MB of 512
+
+
+def _split(total: int) -> list[int]:
+    """What a rewrite of ``total`` bytes writes: target-size files and the rest."""
+    out = [TARGET] * (total // TARGET)
+    return out + ([total % TARGET] if total % TARGET else [])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    appends=st.lists(st.integers(min_value=MB // 4, max_value=TARGET // 8), min_size=1, max_size=300),
+    m=st.integers(min_value=2, max_value=6),
+)
+def test_rows_are_copied_a_logarithmic_number_of_times(appends: list[int], m: int) -> None:
+    """Batches append files; compaction runs until nothing is due after each. Bytes rewritten
+    stay within log1.5(target / smallest file) + 2 times the bytes appended (plain bin-packing
+    of a 300-batch snapshot copies each byte about 40 times), and the files below target
+    that no step merges stay few."""
+    files: list[Candidate] = []
+    n = 0
+    appended = rewritten = 0
+    for size in appends:
+        files.append(Candidate(f"f{n:06d}", size, False))
+        n += 1
+        appended += size
+        while picked := choose(files, m=m):
+            paths = {f.path for f in picked}
+            files = [f for f in files if f.path not in paths]
+            total = sum(f.size for f in picked)
+            rewritten += total
+            for out in _split(total):
+                files.append(Candidate(f"f{n:06d}", out, False))
+                n += 1
+    levels = math.log(TARGET / min(appends), 1.5) + 2
+    assert rewritten <= levels * appended
+    small = [f for f in files if f.size < SMALL_FRACTION * TARGET]
+    assert len(small) <= (m - 1) * (levels + 1)
