@@ -173,6 +173,7 @@ class Probes:
         u = self._undo
         _patch(apply_mod, "stage_events", self._timed("staging"), u)
         _patch(apply_mod, "apply_batch_with_spark", self._timed("spark_job"), u)
+        _patch(apply_mod, "apply_local", self._timed("driver_stage"), u)
         _patch(apply_mod, "commit_row_delta", self._commit, u)
         _patch(runner_mod, "apply_batch", self._apply_batch, u)
         from replicator.maintenance.scheduler import Maintainer

@@ -89,6 +89,7 @@ def time_split(e: dict[str, Any], kind: str, *, snapshot: bool = False) -> list[
     stage = p.get("summary_stage_seconds", 0.0)
     commit = p.get("summary_commit_seconds", 0.0)
     spark_job = p.get("spark_job", 0.0)
+    driver_stage = p.get("driver_stage", 0.0)  # small batches: the stage without a Spark job
     catalog = p.get("catalog_commit", 0.0)
     staging = p.get("staging", 0.0)
     apply_table = p.get("apply_table", 0.0)
@@ -117,8 +118,10 @@ def time_split(e: dict[str, Any], kind: str, *, snapshot: bool = False) -> list[
         parts.append(("source: read (snapshot SELECT + convert)", read))
     parts += [
         ("staging: events -> Arrow columns (driver)", staging),
-        ("staging: Arrow -> staged Parquet file", max(stage - spark_job, 0)),
+        ("staging: Arrow -> staged Parquet file", max(stage - spark_job - driver_stage, 0)),
     ]
+    if driver_stage:
+        parts.append(("stage in the driver (small batches: mapping + file writing)", driver_stage))
     if w:
         parts += [
             ("Spark job: scheduling, read, sort, Arrow transfer", max(spark_job - mapping - writing, 0)),

@@ -198,6 +198,13 @@ class SparkConfig(_Strict):
         description="where staged batches go; on a cluster a location every executor reads: "
         "s3://bucket/prefix or file:///path on a filesystem every node mounts",
     )
+    driver_max_rows: int = Field(
+        default=10_000, ge=0,
+        description="a batch of at most this many changes (all tables) is applied in the engine's "
+        "own process by the same stage code, without a Spark job: a job's fixed cost (about 0.3 s) "
+        "is most of a small batch's time, so this bounds commit-to-visible lag under a steady "
+        "trickle; larger batches (backlogs, snapshots) run on Spark; 0: every batch on Spark",
+    )
 
     @field_validator("conf", mode="before")
     @classmethod

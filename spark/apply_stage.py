@@ -9,8 +9,10 @@ map, never the batch's rows, and returns one row per file written. The driver tu
 into Iceberg DataFiles. The staged files must be readable where the tasks run: the driver's
 disk in local mode, shared storage on a cluster.
 
-``apply_local`` runs the same worker in-process without Spark (used by benchmarks as a
-baseline of the stage's overhead, and by tests that exercise the mapping alone).
+``apply_local`` runs the same worker in-process without Spark: for batches of at most
+``spark.driver_max_rows`` changes (a job's fixed cost is most of a small batch's time), for
+the ``local`` engine of tests that exercise the mapping alone, and as the benchmarks'
+baseline of the stage's overhead.
 """
 
 from __future__ import annotations

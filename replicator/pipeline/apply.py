@@ -115,6 +115,9 @@ class ApplyEnv:
     # this machine's disk under staging_dir.
     staging_uri: str | None = None
     on_bad_change: str = STOP  # config errors.on_bad_change
+    # A batch of at most this many staged rows runs the stage in this process, without a
+    # Spark job (its fixed cost is most of a small batch's time); 0: always on Spark.
+    driver_max_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -457,6 +460,8 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
     if not todo:
         return
     t0 = time.perf_counter()
+    rows = sum(p.staged.table.num_rows for p in todo if p.staged is not None)
+    in_driver = env.engine == "local" or rows <= env.driver_max_rows
 
     def run_stage() -> list[StageResult]:
         # Each attempt gets new batch ids (new file names): a transient storage error in the
@@ -469,7 +474,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
             for i, p in enumerate(todo):
                 assert p.staged is not None
                 spec = _stage_spec(p.state, batch.plan)
-                if env.engine == "local":
+                if in_driver:
                     path = ""
                 elif env.staging_uri is not None:
                     path = f"{env.staging_uri.rstrip('/')}/{name}/{i:05d}.parquet"
@@ -481,7 +486,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                     pq.write_table(p.staged.table, path, compression="lz4")
                 tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props,
                                        rows=p.staged.table.num_rows))  # fmt: skip
-            if env.engine == "local":
+            if in_driver:
                 return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
             return apply_batch_with_spark(env.spark, tasks)
         finally:

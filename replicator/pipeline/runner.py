@@ -157,6 +157,7 @@ class Replicator:
             target_file_bytes=cfg.iceberg.target_file_bytes,
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
+            driver_max_rows=cfg.spark.driver_max_rows,
         )
         # Where every table stands (read from the tables at start, advanced by each commit),
         # and how far the source has been told it may forget.

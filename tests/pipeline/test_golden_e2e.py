@@ -34,6 +34,7 @@ def make_config(tmp_path: Path, max_events: int) -> RunConfig:
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
         "maintenance": {"enabled": False},  # these tests count the batches' snapshots
+        "spark": {"driver_max_rows": 0},  # every batch through a Spark job (test_driver_stage)
     }
     p = tmp_path / "replicator.yaml"
     p.write_text(yaml.safe_dump(cfg))

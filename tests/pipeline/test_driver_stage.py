@@ -1,0 +1,68 @@
+"""Small batches skip the Spark job (``spark.driver_max_rows``): the same stage code runs in
+the engine's process, and the tables come out the same as through Spark."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import replicator.pipeline.apply as apply_mod
+from replicator.config import RunConfig
+from replicator.pipeline.runner import Replicator
+from tests.judges import duckdb_rows, spark_rows
+from tests.maintenance.support import config, feed, mixed, table
+from tests.pipeline.dbz import ChangeLog
+
+pytestmark = pytest.mark.spark
+
+
+def _with_driver_max_rows(cfg: RunConfig, rows: int) -> RunConfig:
+    return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"driver_max_rows": rows})})
+
+
+def _count_stages(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = {"spark": 0, "driver": 0}
+    spark_stage, driver_stage = apply_mod.apply_batch_with_spark, apply_mod.apply_local
+
+    def on_spark(*args: Any, **kwargs: Any) -> Any:
+        calls["spark"] += 1
+        return spark_stage(*args, **kwargs)
+
+    def in_driver(*args: Any, **kwargs: Any) -> Any:
+        calls["driver"] += 1
+        return driver_stage(*args, **kwargs)
+
+    monkeypatch.setattr(apply_mod, "apply_batch_with_spark", on_spark)
+    monkeypatch.setattr(apply_mod, "apply_local", in_driver)
+    return calls
+
+
+@pytest.mark.parametrize("driver_max_rows", [0, 12, 10_000])
+def test_small_batches_skip_the_spark_job_with_the_same_result(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, driver_max_rows: int
+) -> None:
+    log = ChangeLog()
+    mixed(log, random.Random(5), 60)
+    for k in range(1000, 1030):  # one transaction of 30 inserts: a batch above 12 rows
+        log.insert(k, tx=500, v=f"v{k}", n=k % 7)
+    mixed(log, random.Random(6), 40, first_tx=600)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = _with_driver_max_rows(config(tmp_path, max_events=8), driver_max_rows)
+    calls = _count_stages(monkeypatch)
+    summary = Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
+
+    batches = summary.batches
+    assert batches >= 10
+    if driver_max_rows == 0:
+        assert calls == {"spark": batches, "driver": 0}
+    elif driver_max_rows == 12:
+        assert calls["spark"] >= 1 and calls["driver"] >= 1  # the big batch ran on Spark
+    else:
+        assert calls == {"spark": 0, "driver": batches}
+    t = table(cfg)
+    expected = log.expected_rows()
+    assert spark_rows(t.metadata_location, ["id"]) == expected
+    assert duckdb_rows(t.metadata_location, ["id"]) == expected
