@@ -44,6 +44,7 @@ def _write_config(root: Path, dsn: str, master: str, *, lose_marker: Path) -> Pa
         "spark": {
             "master": master,
             "staging": (root / "shared-staging").as_uri(),
+            "driver_max_rows": 0,  # batches of 4,000: every one on the cluster (its executors)
             "conf": {
                 "spark.executor.cores": 1,
                 "spark.executor.memory": "768m",
