@@ -237,12 +237,15 @@ class Maintainer:
     # ----------------------------------------------------------------- slices
 
     def run_slice(
-        self, tables: Sequence[Table], *, budget_seconds: float | None = None, idle: bool = False
+        self, tables: Sequence[Table], *, budget_seconds: float | None = None, idle: bool = False,
+        changes_waiting: Callable[[], bool] | None = None,
     ) -> tuple[list[Table], list[StepReport]]:
         """Each due step of each table at most once, in order, while the time budget lasts
         (checked before every step; tables take turns at going first). Returns the tables
         (refreshed where changed, same order) and what was done. ``idle``: the source is quiet
-        (see ``due``)."""
+        (see ``due``); an idle slice also starts no step once ``changes_waiting()`` says
+        changes arrived (its ``slice_seconds`` would hold them), and leaves the rest for the
+        next slice as the budget does."""
         budget = self.cfg.slice_seconds if budget_seconds is None else budget_seconds
         start = time.monotonic()
         out = list(tables)
@@ -255,7 +258,10 @@ class Maintainer:
             for kind in self.due(out[idx], paced=True, idle=idle):
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
-                if time.monotonic() - start >= budget and not (kind == "compaction" and converted):
+                over = time.monotonic() - start >= budget or (
+                    idle and changes_waiting is not None and changes_waiting()
+                )
+                if over and not (kind == "compaction" and converted):
                     if resume_at is None:
                         resume_at = idx
                     break
@@ -264,6 +270,8 @@ class Maintainer:
                 out[idx], report = self.step(out[idx], kind, idle=idle)
                 reports.append(report)
                 converted = kind == "conversion" and report.changed
+            if resume_at is not None:
+                break  # no step starts after this one: the next slice starts here
         # The next slice starts where this one ran out of time, else at the next table.
         self._turn = resume_at if resume_at is not None else (self._turn + 1) % max(n, 1)
         self.unfinished = resume_at is not None

@@ -74,6 +74,10 @@ class SourceReader:
         self._ack_lock = threading.Lock()
         self._ack: SourcePosition | None = None
         self._thread = threading.Thread(target=self._run, name="source-reader", daemon=True)
+        # Events items put / taken: more put than taken means changes wait in the queue. Each
+        # counter has one writer; a momentary misread only delays a maintenance cut-off.
+        self._events_put = 0
+        self._events_taken = 0
 
     # -- run loop side ------------------------------------------------------------------------
     def start(self) -> None:
@@ -82,14 +86,22 @@ class SourceReader:
     def items(self, timeout: float) -> Iterator[Item]:
         """What the reader has handed over, waiting up to ``timeout`` for the first item."""
         try:
-            yield self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return
         while True:
+            if isinstance(item, Events):
+                self._events_taken += 1
+            yield item
             try:
-                yield self._queue.get_nowait()
+                item = self._queue.get_nowait()
             except queue.Empty:
                 return
+
+    def events_waiting(self) -> bool:
+        """Changes were handed over that the run loop has not taken yet (an idle
+        maintenance slice then stops starting steps)."""
+        return self._events_put > self._events_taken
 
     def acknowledge(self, position: SourcePosition) -> None:
         """Everything up to ``position`` is durable; the reader tells the source."""
@@ -127,6 +139,8 @@ class SourceReader:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=self.keepalive_seconds)
+                if isinstance(item, Events):
+                    self._events_put += 1
                 return True
             except queue.Full:
                 self._deliver_ack()

@@ -207,7 +207,11 @@ class Replicator:
         ]  # fmt: skip
         try:
             budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
-            tables, reports = m.run_slice([s.table for s in states], budget_seconds=budget, idle=idle)
+            reader = self._reader
+            tables, reports = m.run_slice(
+                [s.table for s in states], budget_seconds=budget, idle=idle,
+                changes_waiting=reader.events_waiting if reader is not None else None,
+            )  # fmt: skip
             for state, table in zip(states, tables, strict=True):
                 state.table = table
             source_of = {s.identifier: s.source_table for s in states}

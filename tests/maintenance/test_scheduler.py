@@ -82,6 +82,24 @@ def test_slice_is_bounded(tmp_path: Path) -> None:
     assert m.due(tables[0]) == []
 
 
+def test_an_idle_slice_stops_starting_steps_when_changes_arrive(tmp_path: Path) -> None:
+    """An idle slice may take slice_seconds (10 s by default): changes that arrive meanwhile
+    must not wait for all of it. It stops before the next step, like a spent budget, and the
+    next slice goes on where it stopped."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    _, a = _churned_table(tmp_path / "a", seed=6, txs=12)
+    _, b = _churned_table(tmp_path / "b", seed=7, txs=12)
+    m = Maintainer(MaintenanceConfig.model_validate(EAGER))
+    checks = iter([False])  # nothing waits before the first step; then changes arrived
+    tables, reports = m.run_slice([a, b], idle=True, changes_waiting=lambda: next(checks, True))
+    assert [r.kind for r in reports] == ["compaction"]
+    assert m.unfinished
+    # Without changes waiting, the next idle slice finishes the first table's steps.
+    tables, reports = m.run_slice(tables, idle=True, changes_waiting=lambda: False)
+    assert [r.kind for r in reports][:2] == ["expiry", "orphans"]
+
+
 def test_idle_slice_compacts_below_the_busy_trigger(tmp_path: Path) -> None:
     """While batches come, compaction waits for compact_min_input_files; when the source is
     idle, a slice compacts any table not yet one file without deletes."""

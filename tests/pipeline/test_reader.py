@@ -116,3 +116,21 @@ def test_keepalive_while_the_run_loop_is_busy() -> None:
     items = drain(reader, Idle)
     reader.stop()
     assert ids(items) == list(range(20 * CHUNK_EVENTS))
+
+
+def test_events_waiting_until_the_run_loop_takes_them() -> None:
+    """What an idle maintenance slice checks: changes were handed over and not yet taken."""
+    src = Scripted([list(range(10))])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    assert not reader.events_waiting()
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not reader.events_waiting():
+            assert time.monotonic() < deadline, "no events handed over"
+            time.sleep(0.01)
+        items = drain(reader, Idle)
+        assert ids(items) == list(range(10))
+        assert not reader.events_waiting()
+    finally:
+        reader.stop()
