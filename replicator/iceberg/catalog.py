@@ -38,6 +38,7 @@ from pyiceberg.exceptions import (
 
 from replicator.config import IcebergConfig
 from replicator.errors import CommitStateUnknownError, ConfigError, TransientError
+from replicator.iceberg import sql_commit
 from replicator.retry import DEFAULT_POLICY, RetryPolicy, call_with_retries, commit_failure
 from replicator.secrets import scrub
 from spark.object_storage import file_io_properties
@@ -79,6 +80,7 @@ def open_catalog(cfg: IcebergConfig, *, policy: RetryPolicy = DEFAULT_POLICY) ->
     except (ValueError, NotInstalledError, ImportError) as exc:
         raise ConfigError(f"cannot open the {where}: {scrub(str(exc))}") from None
     make_resilient(catalog, policy)
+    sql_commit.install(catalog)  # a SQL catalog's commits without re-parse and deep copy
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(cfg.namespace)
     return catalog

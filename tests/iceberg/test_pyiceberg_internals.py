@@ -93,3 +93,17 @@ def test_manifest_writer_and_transaction_hooks() -> None:
         assert hasattr(ManifestWriterV2, name), f"ManifestWriterV2.{name} is gone"
     for name in ("_apply", "commit_transaction"):
         assert callable(getattr(Transaction, name, None)), f"Transaction.{name} is gone"
+
+
+def test_sql_catalog_commit_hooks() -> None:
+    """What ``replicator.iceberg.sql_commit`` replaces or calls on a SqlCatalog."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import update
+
+    for name in ("_convert_orm_to_iceberg", "_write_metadata", "_update_and_stage_table",
+                 "_parse_metadata_version", "_load_file_io", "identifier_to_tuple"):  # fmt: skip
+        assert callable(getattr(SqlCatalog, name, None)), f"SqlCatalog.{name} is gone"
+    for name in ("_apply_table_update", "_TableMetadataUpdateContext", "_update_table_metadata_log"):
+        assert hasattr(update, name), f"pyiceberg.table.update.{name} is gone"
+    params = inspect.signature(SqlCatalog._update_and_stage_table).parameters
+    assert list(params)[1:] == ["current_table", "table_identifier", "requirements", "updates"]
