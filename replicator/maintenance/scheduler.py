@@ -252,15 +252,19 @@ class Maintainer:
         reports: list[StepReport] = []
         n = len(out)
         resume_at: int | None = None  # the first table the budget left due steps on
+        def arrived() -> bool:
+            return idle and changes_waiting is not None and changes_waiting()
+
         for i in range(n):
             idx = (self._turn + i) % n
+            if arrived():  # not even the health of the next table (it reads manifests)
+                resume_at = idx
+                break
             converted = False
             for kind in self.due(out[idx], paced=True, idle=idle):
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
-                over = time.monotonic() - start >= budget or (
-                    idle and changes_waiting is not None and changes_waiting()
-                )
+                over = time.monotonic() - start >= budget or arrived()
                 if over and not (kind == "compaction" and converted):
                     if resume_at is None:
                         resume_at = idx

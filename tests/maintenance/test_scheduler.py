@@ -91,10 +91,17 @@ def test_an_idle_slice_stops_starting_steps_when_changes_arrive(tmp_path: Path) 
     _, a = _churned_table(tmp_path / "a", seed=6, txs=12)
     _, b = _churned_table(tmp_path / "b", seed=7, txs=12)
     m = Maintainer(MaintenanceConfig.model_validate(EAGER))
-    checks = iter([False])  # nothing waits before the first step; then changes arrived
+    checks = iter([False, False])  # nothing waits as the first step starts; then changes arrive
     tables, reports = m.run_slice([a, b], idle=True, changes_waiting=lambda: next(checks, True))
     assert [r.kind for r in reports] == ["compaction"]
     assert m.unfinished
+    # Changes already waiting: not even the next table's health is read.
+    health_reads: list[str] = []
+    real_health = m.health
+    m.health = lambda t: health_reads.append(t.location()) or real_health(t)  # type: ignore[method-assign]
+    tables, reports = m.run_slice(tables, idle=True, changes_waiting=lambda: True)
+    assert reports == [] and health_reads == [] and m.unfinished
+    m.health = real_health  # type: ignore[method-assign]
     # Without changes waiting, the next idle slice finishes the first table's steps.
     tables, reports = m.run_slice(tables, idle=True, changes_waiting=lambda: False)
     assert [r.kind for r in reports][:2] == ["expiry", "orphans"]
