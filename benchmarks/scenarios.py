@@ -84,7 +84,15 @@ def engine_config(d: Path, source: SourceConfig, max_events: int | None = None) 
                             namespace="cdc")  # fmt: skip
     cfg = RunConfig(source=source, iceberg=iceberg, batch=batch, state_dir=d / "state",
                     writer_id="bench")  # fmt: skip
+    if _WARMING_UP:
+        cfg = cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"driver_max_rows": 0})})
     return with_overrides(cfg, os.environ.get(ENGINE_OVERRIDES_ENV))
+
+
+# True while the warm-up runs: its engines send every batch through Spark (its batches are
+# small enough for the driver stage, which would leave Spark's first job, JIT and Python
+# workers cold for the first measured phase).
+_WARMING_UP = False
 
 
 # Engine settings for experiments, as JSON merged into every engine's config, e.g.
@@ -593,9 +601,12 @@ def warm_up(ctx: Context) -> float:
     w.name = "warmup"
     saved = dict(ctx.size)
     ctx.size["baseline_cap"] = 60
+    global _WARMING_UP
+    _WARMING_UP = True
     try:
         pg_workload(ctx, w, baselines=True, sweep=[], read_costs=False)
     finally:
+        _WARMING_UP = False
         ctx.size.clear()
         ctx.size.update(saved)
     return time.perf_counter() - t0
