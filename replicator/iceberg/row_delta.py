@@ -77,12 +77,7 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update import (
-    SetPropertiesUpdate,
-    TableUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-)
+from pyiceberg.table.update import SetPropertiesUpdate, TableUpdate
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
@@ -90,6 +85,7 @@ from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg.manifests import manifest_entries, read_manifests
+from replicator.iceberg.sql_commit import apply_updates
 from replicator.retry import call_with_retries
 
 __all__ = [
@@ -229,11 +225,7 @@ def _staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> T
     """``base`` with ``updates`` applied by pyiceberg's own per-update rules: what
     ``update_table_metadata`` gives, less its ``last_updated_ms`` refresh and its final deep
     copy (the catalog's commit does both on the metadata it commits)."""
-    context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    return metadata
+    return apply_updates(base, updates)[0]
 
 
 def producer_transaction(table: Table) -> Transaction:

@@ -109,11 +109,8 @@ def install(catalog: Any) -> None:
 def updated_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...], location: str) -> TableMetadata:
     """What pyiceberg's ``update_table_metadata(base, updates, metadata_location=location)``
     gives, without its final deep copy."""
-    context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if context.has_changes():
+    metadata, changed = apply_updates(base, updates)
+    if changed:
         metadata = _update_table_metadata_log(metadata, location, base.last_updated_ms)
         if base.last_updated_ms == metadata.last_updated_ms:
             now = datetime_to_millis(datetime.now().astimezone())
@@ -121,3 +118,13 @@ def updated_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...], loca
     metadata.spec().check_compatible(metadata.schema())
     metadata.sort_order().check_compatible(metadata.schema())
     return metadata
+
+
+def apply_updates(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> tuple[TableMetadata, bool]:
+    """``base`` with ``updates`` applied by pyiceberg's own per-update rules, and whether any
+    of them changed something (no clock, no metadata log, no copy)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    return metadata, context.has_changes()

@@ -1,6 +1,6 @@
 """Compaction: bin-pack small data files (chosen by size tiers, ``compaction_inputs``), with
-the position deletes that apply to them, into files near the target size, committed as ONE snapshot that removes the old data files and
-the position-delete files that no longer apply.
+the position deletes that apply to them, into files near the target size, committed as ONE
+snapshot that removes the old data files and the position-delete files that no longer apply.
 
 Rows are read with pyiceberg's Arrow scan (position deletes applied, old files projected to
 the current schema by field id) and written by the engine's own file writer

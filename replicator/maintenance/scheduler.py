@@ -252,6 +252,7 @@ class Maintainer:
         reports: list[StepReport] = []
         n = len(out)
         resume_at: int | None = None  # the first table the budget left due steps on
+
         def arrived() -> bool:
             return idle and changes_waiting is not None and changes_waiting()
 
