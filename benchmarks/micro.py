@@ -1,0 +1,137 @@
+"""Micro-benchmarks of single engine parts, each against the code it replaced where that
+still exists (same process, same data):
+
+    .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
+    .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
+    .venv/bin/python -m benchmarks.micro compaction   # bytes rewritten per byte appended
+
+``staging`` has no old path left in the tree: run it on an older checkout for the baseline
+(``git worktree add --detach /tmp/old <rev>``, then the same command there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MB = 1 << 20
+
+
+def commits(before: int, measured: int = 100) -> None:
+    from replicator.iceberg import sql_commit
+    from replicator.iceberg.catalog import make_resilient
+    from replicator.iceberg.row_delta import commit_row_delta
+    from tests.iceberg.tablekit import SCHEMA, data_file, sql_catalog
+
+    def run(fast: bool) -> float:
+        catalog = make_resilient(sql_catalog(Path(tempfile.mkdtemp(prefix="rp-micro-"))))
+        if fast:
+            sql_commit.install(catalog)
+        table = catalog.create_table("db.t", SCHEMA, properties={"format-version": "2"})
+        files = [data_file(table, f"d{i}", [(i, f"n{i}")]) for i in range(before + measured)]
+        t0 = 0.0
+        for i, f in enumerate(files):
+            if i == before:
+                t0 = time.perf_counter()
+            commit_row_delta(table, data_files=[f], delete_files=[], snapshot_properties={"replicator.position": str(i)})
+        return (time.perf_counter() - t0) / measured * 1000
+
+    print(f"{measured} one-file commits after {before} snapshots: pyiceberg's path {run(False):.1f} ms each, "
+          f"fast path {run(True):.1f} ms each")  # fmt: skip
+
+
+def staging(events: int = 100_000, repeat: int = 5) -> None:
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.events.model import ChangeEvent, Op, SourcePosition
+    from replicator.pipeline.staging import stage_events
+
+    cols = [("id", "long"), ("a", "int"), ("b", "string"), ("c", "decimal(12,2)"), ("d", "double"),
+            ("e", "timestamptz"), ("f", "boolean"), ("g", "date")]  # fmt: skip
+    evs = []
+    start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    for i in range(events):
+        row = {"id": i, "a": i % 1000, "b": f"name-{i}", "c": decimal.Decimal(i % 100_000) / 100,
+               "d": i * 0.25, "e": start + dt.timedelta(seconds=i), "f": i % 3 == 0,
+               "g": dt.date(2000, 1, 1) + dt.timedelta(days=i % 9000)}  # fmt: skip
+        pos = SourcePosition("postgres", (1, i))
+        if i % 10 == 0:
+            evs.append(ChangeEvent("t", Op.DELETE, {"id": i}, None, position=pos))
+        else:
+            evs.append(ChangeEvent("t", Op.UPDATE if i % 2 else Op.CREATE, None, row, position=pos))
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        stage_events(evs, cols, ["id"], DeadLetterSink(None))
+        best = min(best, time.perf_counter() - t0)
+    print(f"stage_events of {events:,} mixed events (8 columns), best of {repeat}: {best:.3f} s")
+
+
+def compaction(appends: int = 300, file_mb: float = 3.0, target_mb: int = 128, min_input_files: int = 4) -> None:
+    from replicator.maintenance.compaction_inputs import (
+        MAX_INPUT_TARGETS,
+        SMALL_FRACTION,
+        Candidate,
+        choose_inputs,
+    )
+
+    target = target_mb * MB
+
+    def plain(files: list[Candidate]) -> list[Candidate]:
+        """The rule before size tiers: every small file, in write order, within the budget."""
+        small = [f for f in files if f.size < SMALL_FRACTION * target]
+        if len(small) < min_input_files:
+            return []
+        chosen: list[Candidate] = []
+        for f in sorted(small, key=lambda f: f.path):
+            if chosen and sum(c.size for c in chosen) + f.size > MAX_INPUT_TARGETS * target:
+                break
+            chosen.append(f)
+        return chosen
+
+    def tiers(files: list[Candidate]) -> list[Candidate]:
+        return choose_inputs(files, target_file_bytes=target, min_input_files=min_input_files, delete_files=0)
+
+    for name, rule in (("plain bin-packing", plain), ("size tiers", tiers)):
+        files: list[Candidate] = []
+        n = appended = rewritten = 0
+        for _ in range(appends):
+            files.append(Candidate(f"f{n:06d}", int(file_mb * MB), False))
+            n += 1
+            appended += int(file_mb * MB)
+            while picked := rule(files):
+                paths = {f.path for f in picked}
+                files = [f for f in files if f.path not in paths]
+                total = sum(f.size for f in picked)
+                rewritten += total
+                for out in [target] * (total // target) + ([total % target] if total % target else []):
+                    files.append(Candidate(f"f{n:06d}", out, False))
+                    n += 1
+        print(f"{name}: {appends} appends of {file_mb} MB files -> rewritten / appended "
+              f"{rewritten / appended:.1f}, files left {len(files)}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["commits", "staging", "compaction"])
+    args = ap.parse_args(argv)
+    if args.what == "commits":
+        for before in (1, 20, 120):
+            commits(before)
+    elif args.what == "staging":
+        staging()
+    else:
+        for size in (3.0, 1.0):
+            compaction(file_mb=size, appends=300 if size == 3.0 else 1000)
+
+
+if __name__ == "__main__":
+    main()
