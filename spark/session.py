@@ -14,11 +14,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark.runtime_jars import runtime_jars
 
@@ -51,6 +54,7 @@ logger.strutils.level = error
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_gateway: Any = None  # the Py4J gateway of our JVM (launched once per process)
 _tmp_dir: Path | None = None
 DEFAULT_MASTER = "local[2]"
 _master = DEFAULT_MASTER
@@ -156,8 +160,6 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
     with _lock:
         if _session is not None and _is_alive(_session):
             return _session
-        from pyspark.sql import SparkSession  # slow import, only when Spark is wanted
-
         if _tmp_dir is None:
             _tmp_dir = _make_tmp_dir()
             atexit.register(_shutdown)
@@ -166,15 +168,48 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
         # pyarrow and the project.
         conf = spark_conf(app_name, _tmp_dir)
         os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
-        builder = SparkSession.builder
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        session = _start_session(conf)
         session.sparkContext.setLogLevel("WARN")
         if not is_local(_master):
             session.sparkContext.addPyFile(str(_package_zip(_tmp_dir)))
         _session = session
         return session
+
+
+def _start_session(conf: dict[str, str]) -> SparkSession:
+    """The session, on a JVM that a stop signal of ours does not reach: a Ctrl-C or a
+    ``kill`` of the engine's process group (a terminal, a scheduler, a container runtime)
+    would otherwise stop Spark under the batch in progress, failing it with Py4J and
+    accumulator-server tracebacks, while the engine itself wants to finish that batch and
+    stop cleanly. The JVM still ends with the engine: it exits when its stdin (a pipe from
+    this process) closes."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    global _gateway
+    spark_conf_ = SparkConf().setAll(list(conf.items()))
+    if _gateway is None:
+        with _sigterm_ignored():
+            # Its own session: signals sent to our process group skip the JVM and its Python
+            # workers; SIGTERM ignored at launch also keeps the JVM from installing its
+            # handler (a signal sent to every process of a cgroup).
+            _gateway = launch_gateway(spark_conf_, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    SparkContext(conf=spark_conf_, gateway=_gateway)
+    return SparkSession.builder.config(conf=spark_conf_).getOrCreate()
+
+
+@contextmanager
+def _sigterm_ignored() -> Iterator[None]:
+    """SIGTERM ignored while a child process starts (it inherits the disposition)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal dispositions can only be changed on the main thread
+        return
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def configure_iceberg_catalog(spark: SparkSession, name: str, properties: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime
 
 import orjson
+from tqdm import tqdm
 
 from replicator.secrets import ScrubbingFilter
 
@@ -32,8 +33,17 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Log lines on the terminal without breaking a progress bar: a bar drawn on the same
+    stream (a snapshot's, a diff's) is cleared before the line and drawn again after it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
 def setup_logging(verbose: bool, log_format: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = ConsoleHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:

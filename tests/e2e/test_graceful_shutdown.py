@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 
 from tests.e2e.pg_bulk import seed
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
@@ -31,11 +32,12 @@ STOP_TIMEOUT = 60  # generous bound on a loaded machine; the exit is normally we
 class Engine:
     """A continuous ``replicator run`` in a subprocess, its log lines collected as they come."""
 
-    def __init__(self, cfg: Path, *extra: str) -> None:
+    def __init__(self, cfg: Path, *extra: str, engine: str = "local") -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg), "--engine", "local", *extra],
+            [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg), "--engine", engine, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,  # its own process group, as a terminal or scheduler gives it
         )  # fmt: skip
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -60,9 +62,12 @@ class Engine:
             )  # fmt: skip
         assert ok and self.proc.poll() is None, f"never saw {pattern!r}:\n{''.join(self.lines[-40:])}"
 
-    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+    def stop(self, sig: int = signal.SIGTERM, *, group: bool = False) -> tuple[int, str]:
         t0 = time.monotonic()
-        self.proc.send_signal(sig)
+        if group:  # as a terminal's Ctrl-C or `kill -- -PGID` does: every process of the group
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=STOP_TIMEOUT)
         # Reported, not asserted (tests never assert on wall-clock time).
         print(f"\n{signal.Signals(sig).name}: exit {rc} after {time.monotonic() - t0:.1f}s")
@@ -150,3 +155,31 @@ def test_sigterm_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark
         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
     )  # fmt: skip
     assert diff.returncode == 0, diff.stdout[-3000:] + diff.stderr[-3000:]
+
+
+def test_a_signal_to_the_process_group_stops_cleanly_with_spark(tmp_path: Path, pg_db: str) -> None:
+    """Every batch on Spark, a steady writer, then SIGTERM to the engine's whole process group:
+    Spark's JVM must not die under the batch in progress (it used to, printing Py4J and
+    accumulator-server tracebacks and failing the batch); the engine stops cleanly."""
+    seed(pg_db, 2_000)
+    cfg_path = write_config(tmp_path, pg_db, max_events=500)
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["spark"] = {"driver_max_rows": 0}  # every batch a Spark job
+    cfg["batch"]["linger_seconds"] = 0.05
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    stop = threading.Event()
+    worker = threading.Thread(target=light_changes, args=(pg_db, stop, 1_000_000))
+    worker.start()
+    try:
+        eng = Engine(cfg_path, engine="spark")
+        eng.wait_for(r"snapshot done")
+        eng.wait_for(r"batch \d+: ", count=sum(1 for x in eng.lines if "batch " in x) + 2)
+        rc, out = eng.stop(signal.SIGTERM, group=True)
+    finally:
+        stop.set()
+        worker.join()
+    log = eng.log()
+    assert rc == 0, log[-3000:]
+    assert "stopped by signal" in out
+    assert "Traceback" not in log and "Py4J" not in log, log[-3000:]
+    assert not slot_active(pg_db)
