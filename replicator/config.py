@@ -18,6 +18,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# A shorter key makes the hashes of guessable values (emails, names) easy to brute-force.
+MIN_HASH_KEY_CHARS = 16
+
+
+class ColumnRules(_Strict):
+    """Columns of one source table kept out of the lakehouse (README "Columns")."""
+
+    exclude: tuple[str, ...] = Field((), description="columns never replicated")
+    hash: tuple[str, ...] = Field(
+        (), description="columns replicated as a keyed hash (HMAC-SHA256, hex) of their value"
+    )
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> ColumnRules:
+        both = sorted(set(self.exclude) & set(self.hash))
+        if both:
+            raise ValueError(f"column(s) {', '.join(both)} both excluded and hashed: choose one")
+        if any(not c for c in (*self.exclude, *self.hash)):
+            raise ValueError("empty column name")
+        return self
+
+
 class SourceConfig(_Strict):
     type: Literal["debezium-json", "postgres", "mysql"]
     path: Path | None = Field(None, description="debezium-json: a .jsonl file or a folder of them")
@@ -25,6 +47,14 @@ class SourceConfig(_Strict):
     tables: tuple[str, ...] | None = Field(None, description="source tables to replicate (default: all)")
     primary_keys: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="key columns per source table, for input without keys"
+    )
+    columns: dict[str, ColumnRules] = Field(
+        default_factory=dict,
+        description="per source table: columns to exclude or to hash (keys can be neither)",
+    )
+    hash_key_env: str = Field(
+        "REPLICATOR_HASH_KEY",
+        description="environment variable holding the key of hashed columns (kept secret)",
     )
     slot: str = "replicator"
     publication: str = "replicator"
@@ -60,7 +90,22 @@ class SourceConfig(_Strict):
             raise ValueError("source.path is required for source.type 'debezium-json'")
         if self.type in ("postgres", "mysql") and not self.dsn:
             raise ValueError(f"source.dsn is required for source.type '{self.type}'")
+        hashed = sorted(t for t, r in self.columns.items() if r.hash)
+        if hashed:
+            key = os.environ.get(self.hash_key_env, "")
+            if len(key) < MIN_HASH_KEY_CHARS:
+                raise ValueError(
+                    f"source.columns hashes columns of {', '.join(hashed)}: set environment variable "
+                    f"{self.hash_key_env} to a secret key of at least {MIN_HASH_KEY_CHARS} characters "
+                    f"({'it is not set' if not key else 'it is too short'}; source.hash_key_env names another)"
+                )
         return self
+
+    def hash_key(self) -> bytes | None:
+        """The key of hashed columns (checked at load), or None when nothing is hashed."""
+        if not any(r.hash for r in self.columns.values()):
+            return None
+        return os.environ[self.hash_key_env].encode()
 
 
 class IcebergConfig(_Strict):

@@ -38,12 +38,16 @@ class DeadLetterSink:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.on_put: Callable[[DeadLetter], None] | None = None  # e.g. a metrics counter
+        # Applied before a letter is kept anywhere (source.columns: excluded / hashed columns).
+        self.redact: Callable[[DeadLetter], DeadLetter] | None = None
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
     def put(self, letter: DeadLetter) -> None:
+        if self.redact is not None:
+            letter = self.redact(letter)
         raw = letter.raw
         if raw is not None and len(raw) > self.MAX_RAW:
             letter = letter.model_copy(update={"raw": raw[: self.MAX_RAW] + "...(truncated)"})

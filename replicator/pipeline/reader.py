@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from replicator.events.model import ChangeEvent, SourcePosition
@@ -62,8 +62,12 @@ class SourceReader:
         max_events: int,
         idle_sleep: float = 0.5,
         keepalive_seconds: float = KEEPALIVE_SECONDS,
+        transform: Callable[[ChangeEvent], ChangeEvent] | None = None,
     ) -> None:
         self.source = source
+        # Applied to every event before it is handed over (source.columns), so nothing
+        # downstream (batches, staging, files, dead letters, logs) sees what it removes.
+        self.transform = transform
         # Bound on events read ahead (at least one chunk): memory stays bounded.
         self.max_chunks = max(1, max_events // CHUNK_EVENTS)
         self.idle_sleep = idle_sleep
@@ -169,8 +173,11 @@ class SourceReader:
         got = 0
         chunk: list[ChangeEvent] = []
         first = 0.0
+        transform = self.transform
         try:
             for ev in self.source.poll():
+                if transform is not None:
+                    ev = transform(ev)
                 if not chunk:
                     first = time.monotonic()
                 chunk.append(ev)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
-from replicator.config import RunConfig, redact_dsn
+from replicator.config import RunConfig, SourceConfig, redact_dsn
 from replicator.errors import TerminalError
+from replicator.events.columns import ColumnPolicy, TableColumnRules
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, Op, SourcePosition
 from replicator.iceberg.manifests import read_manifests
@@ -59,6 +60,17 @@ class RunSummary:
     # Tables stopped by a change the engine cannot apply (message per table); their events
     # are held back: the source is not acknowledged past what they have committed.
     stopped: dict[str, str] = field(default_factory=dict)
+
+
+def column_policy(src: SourceConfig) -> ColumnPolicy | None:
+    """``source.columns`` as the reader applies it; None when no table has rules."""
+    if not src.columns:
+        return None
+    rules = {
+        t: TableColumnRules(exclude=frozenset(r.exclude), hash=frozenset(r.hash))
+        for t, r in src.columns.items()
+    }
+    return ColumnPolicy(rules, src.hash_key())
 
 
 def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
@@ -137,6 +149,9 @@ class Replicator:
         self.stop = stop or threading.Event()
         self.dead_letters = DeadLetterSink(cfg.dead_letter_path)
         self.dead_letters.on_put = lambda d: self.observer.dead_letter(d.table or "?", d.reason)
+        self.columns = column_policy(cfg.source)
+        if self.columns is not None:
+            self.dead_letters.redact = self.columns.redact
         self.catalog = open_catalog(cfg.iceberg)
         self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
         self.source = source or build_source(cfg, self.dead_letters)
@@ -288,7 +303,7 @@ class Replicator:
         batcher = Batcher(self.cfg.batch)
         reader = self._reader = SourceReader(
             self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
-            keepalive_seconds=self.source.keepalive_seconds,
+            keepalive_seconds=self.source.keepalive_seconds, transform=self.columns,
         )  # fmt: skip
         reader.start()
         try:

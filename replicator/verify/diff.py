@@ -32,7 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from replicator.checkpoint import read_checkpoint
-from replicator.config import RunConfig
+from replicator.config import RunConfig, SourceConfig
 from replicator.errors import ReplicatorError
 from replicator.events.types import can_promote
 from replicator.iceberg.cuts import list_cuts
@@ -176,10 +176,10 @@ def _run(
         pinned = _pin_cut(cut, loaded)
     else:
         pinned = [(t, iceberg_side.pin(table, side.kind)) for t, table in loaded]
-    changed = _changed_after_snapshot(side, pinned)
+    changed = _changed_after_snapshot(side, pinned, cfg.source)
     for t, snap in pinned:
         excluded = changed.get(t.name, set())
-        results.append(diff_table(side, spark, t, snap, chunk_rows, max_keys, excluded, progress))
+        results.append(diff_table(side, spark, t, snap, chunk_rows, max_keys, excluded, progress, cfg.source))
     changes_after = side.change_counter(tables)
     consistency = Consistency(
         source_position=side.point_label(),
@@ -228,7 +228,7 @@ def _pin_cut(name: str, loaded: list[tuple[SourceTable, Any]]) -> Pinned:
 
 
 def _changed_after_snapshot(
-    side: SourceSide, pinned: Pinned
+    side: SourceSide, pinned: Pinned, src: SourceConfig
 ) -> dict[str, set[tuple[Any, ...]] | None]:
     """Per table whose pinned position is at or past the snapshot: the keys changed in
     between (None: truncated)."""
@@ -236,7 +236,7 @@ def _changed_after_snapshot(
     for t, snap in pinned:
         p = snap.position
         if p is not None and side.past(p):
-            codec = _codecs(t, snap, TableResult(t.name, snap.identifier))[0]
+            codec = _codecs(t, snap, TableResult(t.name, snap.identifier), src)[0]
             limits.append((t, codec, p))
     if not limits:
         return {}
@@ -273,16 +273,22 @@ def _wait_for_engine(
 
 
 def _codecs(
-    t: SourceTable, snap: iceberg_side.IcebergSnapshot, res: TableResult
+    t: SourceTable, snap: iceberg_side.IcebergSnapshot, res: TableResult, src: SourceConfig | None
 ) -> tuple[RowCodec, RowCodec]:
     """The compared columns: source columns Iceberg has with a type the source's values fit
-    (Iceberg-only columns, e.g. dropped ones the engine keeps, are ignored)."""
+    (Iceberg-only columns, e.g. dropped ones the engine keeps, are ignored). Columns
+    ``source.columns`` excludes are not compared; hashed ones are compared hashed."""
     ice = snap.columns
     names: list[str] = []
     src_types: list[str] = []
     ice_types: list[str] = []
+    rules = src.columns.get(t.name) if src is not None else None
+    excluded = set(rules.exclude) if rules is not None else set()
+    hashed = set(rules.hash) if rules is not None else set()
     for name in t.column_names:
-        s_type = t.engine_types[name]
+        s_type = "string" if name in hashed else t.engine_types[name]
+        if name in excluded:
+            continue
         if name not in ice:
             res.missing_columns.append(name)
         elif s_type != ice[name] and not can_promote(s_type, ice[name]):
@@ -301,8 +307,10 @@ def _codecs(
             "an incompatible type; rows cannot be matched"
         )
     key_idx = tuple(names.index(k) for k in t.key_columns)
+    hashed_idx = tuple(i for i, n in enumerate(names) if n in hashed)
     return (
-        RowCodec(tuple(names), tuple(src_types), key_idx),
+        RowCodec(tuple(names), tuple(src_types), key_idx, hashed_idx,
+                 src.hash_key() if src is not None and hashed_idx else None),
         RowCodec(tuple(names), tuple(ice_types), key_idx),
     )
 
@@ -310,7 +318,7 @@ def _codecs(
 def diff_table(
     side: SourceSide, spark: Any, t: SourceTable, snap: iceberg_side.IcebergSnapshot,
     chunk_rows: int, max_keys: int, changed_after: set[tuple[Any, ...]] | None,
-    progress: bool | None = None,
+    progress: bool | None = None, src: SourceConfig | None = None,
 ) -> TableResult:  # fmt: skip
     """``changed_after``: keys not to compare because they changed after the source snapshot
     (None: the table was truncated after it)."""
@@ -319,7 +327,7 @@ def diff_table(
     res = TableResult(
         t.name, snap.identifier, snapshot_id=snap.snapshot_id, iceberg_position=position
     )
-    src_codec, ice_codec = _codecs(t, snap, res)
+    src_codec, ice_codec = _codecs(t, snap, res, src)
     if changed_after is None:
         res.note = "truncated after the source snapshot: rows not compared"
         res.seconds = time.monotonic() - started

@@ -48,6 +48,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from replicator.events.columns import keyed_hash
 from replicator.events.types import parse_decimal
 
 __all__ = [
@@ -240,6 +241,12 @@ class RowRecord:
     hash: int
 
 
+def _then(first: Canon, second: Canon | None) -> Canon:
+    if second is None:
+        return first
+    return lambda v: second(first(v))
+
+
 @dataclass(frozen=True)
 class RowCodec:
     """The compared columns of one table: names, engine types, key positions.
@@ -250,6 +257,10 @@ class RowCodec:
     names: tuple[str, ...]
     types: tuple[str, ...]
     key_idx: tuple[int, ...]
+    # Source side of columns the engine hashes (source.columns): their values are hashed
+    # with the engine's key before the string canon, so they compare with Iceberg's.
+    hashed: tuple[int, ...] = ()
+    hash_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for t in self.types:
@@ -262,7 +273,12 @@ class RowCodec:
         return tuple(self.names[i] for i in self.key_idx)
 
     def python_canons(self) -> list[Canon | None]:
-        return [canon_python(t) for t in self.types]
+        canons = [canon_python(t) for t in self.types]
+        if self.hashed:
+            digest = keyed_hash(self.hash_key or b"")
+            for i in self.hashed:
+                canons[i] = _then(digest, canons[i])
+        return canons
 
     @cached_property
     def sort_key(self) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
