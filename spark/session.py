@@ -14,12 +14,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,12 +174,12 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
 
 
 def _start_session(conf: dict[str, str]) -> SparkSession:
-    """The session, on a JVM that a stop signal of ours does not reach: a Ctrl-C or a
-    ``kill`` of the engine's process group (a terminal, a scheduler, a container runtime)
-    would otherwise stop Spark under the batch in progress, failing it with Py4J and
-    accumulator-server tracebacks, while the engine itself wants to finish that batch and
-    stop cleanly. The JVM still ends with the engine: it exits when its stdin (a pipe from
-    this process) closes."""
+    """The session, on a JVM in a session of its own: a Ctrl-C or a ``kill`` of the engine's
+    process group (a terminal, a scheduler) would otherwise stop Spark under the batch in
+    progress, failing it with Py4J and accumulator-server tracebacks, while the engine itself
+    wants to finish that batch and stop cleanly. The JVM still ends with the engine: it exits
+    when its stdin (a pipe from this process) closes. (A signal sent to every process of a
+    cgroup still reaches it: README "Stopping".)"""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
@@ -190,26 +187,11 @@ def _start_session(conf: dict[str, str]) -> SparkSession:
     global _gateway
     spark_conf_ = SparkConf().setAll(list(conf.items()))
     if _gateway is None:
-        with _sigterm_ignored():
-            # Its own session: signals sent to our process group skip the JVM and its Python
-            # workers; SIGTERM ignored at launch also keeps the JVM from installing its
-            # handler (a signal sent to every process of a cgroup).
-            _gateway = launch_gateway(spark_conf_, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+        # Not SIG_IGN around the launch (the JVM would keep it): a stop signal arriving in
+        # those seconds would be lost, and the engine would never stop.
+        _gateway = launch_gateway(spark_conf_, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
     SparkContext(conf=spark_conf_, gateway=_gateway)
     return SparkSession.builder.config(conf=spark_conf_).getOrCreate()
-
-
-@contextmanager
-def _sigterm_ignored() -> Iterator[None]:
-    """SIGTERM ignored while a child process starts (it inherits the disposition)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal dispositions can only be changed on the main thread
-        return
-    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def configure_iceberg_catalog(spark: SparkSession, name: str, properties: dict[str, str]) -> None:
