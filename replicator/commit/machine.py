@@ -49,9 +49,9 @@ from replicator.events.model import ChangeEvent
 MAX_COMMIT_ATTEMPTS = 5
 
 Action: TypeAlias = (
-    "ReadTable | StageEvents | WriteFiles[S] | CommitFiles[F] | DiscardFiles[F] | Done[F] | Stop | Fail"
+    ReadTable | StageEvents | WriteFiles[S] | CommitFiles[F] | DiscardFiles[F] | Done[F] | Stop | Fail
 )
-Input: TypeAlias = "TableRead | Staged[S] | StageRefused | Written[F] | CommitAnswer | Discarded"
+Input: TypeAlias = TableRead | Staged[S] | StageRefused | Written[F] | CommitAnswer | Discarded
 
 
 class _Wait(enum.Enum):
