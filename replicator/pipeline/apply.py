@@ -62,7 +62,6 @@ from replicator.pipeline.staging import (
     with_held_keys,
 )
 from replicator.retry import call_with_retries
-from replicator.sources.debezium_files import POSITION_SOURCE as DEBEZIUM_POSITION_SOURCE
 from spark.apply_stage import (
     StageResult,
     StageSpec,
@@ -118,6 +117,8 @@ class ApplyEnv:
     # A batch of at most this many staged rows runs the stage in this process, without a
     # Spark job (its fixed cost is most of a small batch's time); 0: always on Spark.
     driver_max_rows: int = 0
+    # The source's events may carry unavailable-value placeholders (its needs_row_fill).
+    row_fill: bool = False
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,7 @@ def _fill_unavailable(
     value from an earlier event of the batch or the table's current row. An event whose
     value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
     never written as data."""
-    if not events or events[0].position.source != DEBEZIUM_POSITION_SOURCE:
+    if not events or not env.row_fill:
         return events  # only Debezium input carries it (Postgres fills TOAST at the source)
     keys = state.key_columns
     lookup = (

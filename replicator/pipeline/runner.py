@@ -168,6 +168,7 @@ class Replicator:
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
             driver_max_rows=cfg.spark.driver_max_rows,
+            row_fill=self.source.needs_row_fill,
         )
         # Where every table stands (read from the tables at start, advanced by each commit),
         # and how far the source has been told it may forget.
