@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: install system-deps jars test test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
+.PHONY: install system-deps jars test test-fast test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
 
 install: $(STAMP) jars
 
@@ -28,6 +28,11 @@ system-deps:
 
 test: install system-deps
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The tests that need neither Spark nor a database/object-store server (markers `spark` and
+# `integration`, also set from the fixtures a test uses: tests/conftest.py). Under a minute.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not spark and not integration and not slow"
 
 test-long: install system-deps
 	HYPOTHESIS_PROFILE=long LONG=1 $(BIN)/pytest -q -p no:cacheprovider

@@ -79,7 +79,7 @@ class CommitConflictError(TransientError):
 
 class CommitStateUnknownError(TransientError):
     """The catalog's answer to a commit was lost: it may or may not have taken it. The
-    table's checkpoint tells which (see ``replicator.pipeline.apply``)."""
+    table's checkpoint tells which (see ``replicator.commit``)."""
 
 
 class FencedError(TerminalError):

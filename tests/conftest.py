@@ -79,9 +79,24 @@ def pg_server() -> Iterator[PrivatePostgres]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+# Fixtures that start Spark or a private server (Postgres, MariaDB, SeaweedFS). A test using
+# one, directly or through another fixture, gets the marker, so that
+# `-m "not spark and not integration"` (`make test-fast`) selects the tests needing neither.
+SPARK_FIXTURES = frozenset({"spark"})
+SERVER_FIXTURES = frozenset({"pg_server", "seaweed", "mariadb", "mysql_base", "verify_mariadb"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own `-m` selection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``@pytest.mark.slow`` tests run with ``LONG=1`` (``make test-long``) or when selected
-    explicitly (``-m slow``); ``make test`` skips them, as the marker says."""
+    """Markers from fixtures (above). ``@pytest.mark.slow`` tests run with ``LONG=1``
+    (``make test-long``) or when selected explicitly (``-m slow``); ``make test`` skips them,
+    as the marker says."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SPARK_FIXTURES and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+        if used & SERVER_FIXTURES and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
     if os.environ.get("LONG") or "slow" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with LONG=1 (make test-long) or -m slow")

@@ -22,6 +22,7 @@ RANK = {
     "replicator.crashpoints": 2,
     "replicator.checkpoint": 3,
     "spark": 3,
+    "replicator.commit": 4,
     "replicator.iceberg": 4,
     "replicator.sources": 5,
     "replicator.maintenance": 6,

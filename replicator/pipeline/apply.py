@@ -6,6 +6,11 @@ table's new ``Checkpoint`` (summary + table property, atomically), tables strict
 order, batches strictly in sequence. Each attempt starts from the table's checkpoint as the
 catalog has it NOW: events the table already holds are dropped (a crash after a commit, a
 commit whose response was lost, a retry after a conflict), so nothing is applied twice.
+
+The decisions (fence, skip, retry) are ``replicator.commit.TableCommit``'s, a pure state
+machine; this module is its driver's ports: reading and committing the table
+(``_TablePort``), staging its events, and writing every table's files in one job
+(``_StageRunner``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,25 @@ from replicator.checkpoint import (
     checkpoint_commit_properties,
     read_checkpoint,
 )
+from replicator.commit import (
+    Action,
+    CommitAnswer,
+    CommitFiles,
+    Done,
+    Fail,
+    Staged,
+    StageEvents,
+    StageRefused,
+    Stop,
+    TableCommit,
+    TableRead,
+    drive,
+    write_together,
+)
 from replicator.errors import (
     BadInputError,
     CommitConflictError,
     CommitStateUnknownError,
-    FencedError,
     SchemaChangeError,
     TerminalError,
 )
@@ -62,7 +81,6 @@ from replicator.pipeline.staging import (
     with_held_keys,
 )
 from replicator.retry import call_with_retries
-from replicator.sources.debezium_files import POSITION_SOURCE as DEBEZIUM_POSITION_SOURCE
 from spark.apply_stage import (
     StageResult,
     StageSpec,
@@ -79,8 +97,6 @@ from spark.file_writer import (
 from spark.object_storage import delete_file, file_io_properties, open_output
 
 log = logging.getLogger(__name__)
-
-MAX_COMMIT_ATTEMPTS = 5
 
 
 @dataclass
@@ -118,6 +134,8 @@ class ApplyEnv:
     # A batch of at most this many staged rows runs the stage in this process, without a
     # Spark job (its fixed cost is most of a small batch's time); 0: always on Spark.
     driver_max_rows: int = 0
+    # The source's events may carry unavailable-value placeholders (its needs_row_fill).
+    row_fill: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,18 +200,19 @@ class BatchOutcome:
 
 @dataclass
 class _TablePart:
-    """One table's part of a batch on its way to a commit."""
+    """One table's part of a batch: what the ports of its ``TableCommit`` work on (where it
+    stands in the protocol is the machine's, not this record's)."""
 
     state: TableState
     events: Sequence[ChangeEvent]
     totals: TableTotals
-    current: Checkpoint | None = None  # the table's checkpoint the files were built against
-    parent_id: int | None = None
     staged: StagedBatch | None = None
     written: _Written | None = None
-    done: Checkpoint | None = None  # set when the table already holds every event
     counted: bool = False
     truncate: bool = False  # the batch truncates the table: its commit removes every file
+
+
+_Run = tuple[TableCommit[_TablePart, _Written], Action[_TablePart, _Written]]
 
 
 def apply_batch(
@@ -206,7 +225,7 @@ def apply_batch(
     table, in the order of ``events``. A table with a change it cannot apply is stopped
     (``BatchOutcome.stopped``); the others go on."""
     outcome = BatchOutcome()
-    parts: dict[str, _TablePart] = {}
+    runs: dict[str, tuple[_TablePort, _Run]] = {}
     mine = batch.checkpoint(env.writer_id)
     for table, table_events in events.items():
         try:
@@ -220,16 +239,20 @@ def apply_batch(
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        part = _TablePart(state, table_events, totals(table))
-        try:
-            _prepare(env, part, mine, attempt=1)
-        except BadChangeError as exc:
-            outcome.stopped[table] = str(exc)  # nothing of this batch is committed for it
+        port = _TablePort(env, _TablePart(state, table_events, totals(table)))
+        commit: TableCommit[_TablePart, _Written] = TableCommit.plan(state.source_table, table_events, mine)
+        run = drive(*commit.start(), port, None)  # read, fence, skip, stage: up to the write
+        if isinstance(run[1], Stop):
+            outcome.stopped[table] = run[1].reason  # nothing of this batch is committed for it
             continue
-        parts[table] = part
-    _write(env, [p for p in parts.values() if p.done is None], batch)
-    for table, part in parts.items():
-        outcome.checkpoints[table] = _commit(env, part, batch, mine)
+        if isinstance(run[1], Fail):
+            raise run[1].error
+        runs[table] = (port, run)
+    runner = _StageRunner(env, batch)
+    written = write_together([run for _port, run in runs.values()], runner)  # ONE job
+    for (table, (port, _first)), run in zip(runs.items(), written, strict=True):
+        _final, action = drive(*run, port, runner)
+        outcome.checkpoints[table] = _settle(port.part, action, batch)
     return outcome
 
 
@@ -244,27 +267,12 @@ def apply_table(
     return outcome.checkpoints[table]
 
 
-def _prepare(
-    env: ApplyEnv, part: _TablePart, mine: Checkpoint, *, attempt: int, basis: Checkpoint | None = None
-) -> None:
-    """Read where the table stands and keep only the events it lacks."""
-    table = part.state.table
-    parent = table.current_snapshot()
-    current = read_checkpoint(table)
-    _check_fence(part.state, current, basis, mine, attempt)
-    part.current, part.parent_id = current, parent.snapshot_id if parent else None
-    part.written = part.staged = part.done = None
-    pending = _not_yet_in(current, part.events)
-    if not pending:
-        part.done = current if current is not None else mine
-        return
-    # A TRUNCATE empties the table at its position: what came before it in the batch does
-    # not matter, the commit removes every file, and the changes after it apply on top.
-    cut = max((i for i, e in enumerate(pending) if e.op is Op.TRUNCATE), default=None)
-    part.truncate = cut is not None
-    if cut is not None:
-        pending = pending[cut + 1 :]
-    pending = _fill_unavailable(env, part.state, pending, use_table=not part.truncate)
+def _prepare(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], *, truncate: bool) -> None:
+    """Stage the events the table lacks (``TableCommit`` chose them; ``truncate``: the
+    commit empties the table first, so nothing is looked up in it)."""
+    part.written = part.staged = None
+    part.truncate = truncate
+    pending = _fill_unavailable(env, part.state, events, use_table=not part.truncate)
     staged = _stage(env, part, pending)
     part.staged = _with_held_keys(env, part, staged)
 
@@ -291,7 +299,7 @@ def _fill_unavailable(
     value from an earlier event of the batch or the table's current row. An event whose
     value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
     never written as data."""
-    if not events or events[0].position.source != DEBEZIUM_POSITION_SOURCE:
+    if not events or not env.row_fill:
         return events  # only Debezium input carries it (Postgres fills TOAST at the source)
     keys = state.key_columns
     lookup = (
@@ -336,119 +344,98 @@ def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> St
     return staged
 
 
-def _commit(env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoint) -> Checkpoint:
-    """The commit loop of one table (see the module docstring)."""
-    state = part.state
-    for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
-        if part.done is not None:
-            if attempt > 1:
-                log.info("%s: batch ending at %s is already in the table", state.identifier, batch.end)
-            return part.done
-        assert part.written is not None
-        env.crash("files-written")
-        summary, properties = checkpoint_commit_properties(mine)
-        table = state.table
-        t0 = time.perf_counter()
+@dataclass(frozen=True)
+class _TablePort:
+    """``replicator.commit.TablePort`` for one table: its catalog table and its staging."""
+
+    env: ApplyEnv
+    part: _TablePart
+
+    def read(self, *, refresh: bool) -> TableRead:
+        state = self.part.state
+        if refresh:
+            state.table = state.table.refresh()
+        parent = state.table.current_snapshot()
+        return TableRead(read_checkpoint(state.table), parent.snapshot_id if parent else None)
+
+    def stage(self, action: StageEvents) -> Staged[_TablePart] | StageRefused:
         try:
-            commit_row_delta(
-                table,
-                data_files=part.written.data,
-                delete_files=part.written.deletes,
-                snapshot_properties=summary,
-                table_properties=properties,
-                expected_parent_snapshot_id=part.parent_id,
-                remove_all=part.truncate,
-            )
-        except CommitConflictError:
-            # Someone committed first. Our files stay valid only if the table's checkpoint
-            # did not move (e.g. a maintenance commit): then they are committed again on the
-            # new head; otherwise the table's part is rebuilt from the new checkpoint.
-            log.warning("%s: commit conflict (attempt %d), re-reading the table", state.identifier, attempt)
-            state.table = table.refresh()
-            _retry(env, part, batch, mine, attempt + 1, discard=True)
-            continue
-        except CommitStateUnknownError as exc:
-            # The catalog may or may not have taken it: the checkpoint says which.
-            log.warning("%s: commit outcome unknown (%s), re-reading the table", state.identifier, exc)
-            state.table = table.refresh()
-            if read_checkpoint(state.table) == mine:
-                break
-            # The files may be referenced after all: leave them to orphan cleanup.
-            _retry(env, part, batch, mine, attempt + 1, discard=False)
-            continue
-        finally:
-            part.totals.commit_seconds += time.perf_counter() - t0
-        state.table = table.refresh()
-        break
-    else:
-        if part.written is not None:
-            _discard(state, part.written)
-        raise CommitConflictError(
-            f"commit still conflicting after {MAX_COMMIT_ATTEMPTS} attempts",
-            table=state.source_table, position=batch.end,
-        )  # fmt: skip
-    if part.written is not None:
-        part.totals.data_files += len(part.written.data)
-        part.totals.delete_files += len(part.written.deletes)
-        eq = sum(1 for f in part.written.deletes if f.content == DataFileContent.EQUALITY_DELETES)
-        part.totals.equality_delete_files += eq
-        part.totals.position_delete_files += len(part.written.deletes) - eq
-    part.totals.snapshots += 1
-    return mine
+            _prepare(self.env, self.part, action.events, truncate=action.truncate)
+        except BadChangeError as exc:
+            return StageRefused(exc)
+        return Staged(self.part)
+
+    def commit(self, action: CommitFiles[_Written]) -> CommitAnswer:
+        return _commit(self.env, self.part, action)
+
+    def discard(self, files: _Written) -> None:
+        _discard(self.part.state, files)
 
 
-def _retry(
-    env: ApplyEnv, part: _TablePart, batch: BatchCommit, mine: Checkpoint, attempt: int, *, discard: bool
-) -> None:
-    basis, written = part.current, part.written
-    table = part.state.table
-    current = read_checkpoint(table)
-    if discard and current == basis and written is not None:
-        # Only the head moved (not the checkpoint): same files, on the new head.
-        _check_fence(part.state, current, basis, mine, attempt)
-        parent = table.current_snapshot()
-        part.parent_id = parent.snapshot_id if parent else None
-        return
-    if discard and written is not None:
-        _discard(part.state, written)
-    _prepare(env, part, mine, attempt=attempt, basis=basis)
-    if part.done is None:
-        _write(env, [part], batch)
+@dataclass(frozen=True)
+class _StageRunner:
+    """``replicator.commit.StageRunner``: every staged part's files in one job (``_write``)."""
+
+    env: ApplyEnv
+    batch: BatchCommit
+
+    def write(self, staged: Sequence[_TablePart]) -> list[_Written]:
+        parts = list(staged)
+        _write(self.env, parts, self.batch)
+        out = []
+        for p in parts:
+            assert p.written is not None
+            out.append(p.written)
+        return out
 
 
-def _not_yet_in(current: Checkpoint | None, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
-    """The events the table does not hold yet (events are in position order)."""
-    if current is None or current.position.source != events[0].position.source:
-        return events
-    done = current.position
-    if events[0].position > done:
-        return events
-    return [e for e in events if e.position > done]
-
-
-def _check_fence(
-    state: TableState, current: Checkpoint | None, basis: Checkpoint | None, mine: Checkpoint, attempt: int
-) -> None:
-    """Refuse to write under a newer owner of the source (a higher fencing token), or when
-    another engine committed to the table while this one was working on it."""
-    if current is None or current.writer_id == mine.writer_id:
-        return
-    theirs, ours = current.fencing_token, mine.fencing_token
-    if theirs is not None and ours is not None:
-        if theirs > ours:
-            raise FencedError(
-                f"a newer engine (fencing token {theirs} > ours {ours}) owns this table",
-                table=state.source_table,
-                hint="stop this engine; the other one is replicating",
-            )
-        return  # an older owner's commits are a prefix of the same log: build on them
-    if attempt > 1 and current != basis:
-        raise FencedError(
-            f"another writer ({current.writer_id}) committed to this table; stopping instead "
-            "of writing duplicates",
-            table=state.source_table,
-            position=mine.position,
+def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> CommitAnswer:
+    """One commit attempt: the files and the checkpoint as ONE row-delta snapshot, on the
+    parent the files were built against. The machine decides what a refusal means."""
+    state = part.state
+    env.crash("files-written")
+    summary, properties = checkpoint_commit_properties(action.checkpoint)
+    table = state.table
+    t0 = time.perf_counter()
+    try:
+        commit_row_delta(
+            table,
+            data_files=action.files.data,
+            delete_files=action.files.deletes,
+            snapshot_properties=summary,
+            table_properties=properties,
+            expected_parent_snapshot_id=action.parent_id,
+            remove_all=action.truncate,
         )
+    except CommitConflictError:
+        log.warning("%s: commit conflict (attempt %d), re-reading the table", state.identifier, action.attempt)
+        return CommitAnswer.CONFLICT
+    except CommitStateUnknownError as exc:
+        log.warning("%s: commit outcome unknown (%s), re-reading the table", state.identifier, exc)
+        return CommitAnswer.UNKNOWN
+    finally:
+        part.totals.commit_seconds += time.perf_counter() - t0
+    state.table = table.refresh()
+    return CommitAnswer.OK
+
+
+def _settle(part: _TablePart, action: Action[_TablePart, _Written], batch: BatchCommit) -> Checkpoint:
+    """The table's checkpoint after its final action (a failure is raised)."""
+    if isinstance(action, Fail):
+        raise action.error
+    assert isinstance(action, Done), action
+    if action.files is None:
+        if action.attempt > 1:
+            log.info("%s: batch ending at %s is already in the table", part.state.identifier, batch.end)
+        return action.checkpoint
+    totals, files = part.totals, action.files
+    totals.data_files += len(files.data)
+    totals.delete_files += len(files.deletes)
+    eq = sum(1 for f in files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
+    totals.equality_delete_files += eq
+    totals.position_delete_files += len(files.deletes) - eq
+    totals.snapshots += 1
+    return action.checkpoint
 
 
 def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> None:

@@ -33,7 +33,7 @@ from replicator.iceberg.tables import (
 )
 from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
-from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
+from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
@@ -131,6 +131,16 @@ def state_lock(state_dir: Path) -> Iterator[None]:
         fh.close()
 
 
+@dataclass(frozen=True)
+class AppliedBatch:
+    """A batch whose tables' commits are done, as the after-commit hooks see it."""
+
+    batch: ChangeBatch
+    live: dict[str, tuple[Any, ...]]  # the events applied, per table not stopped before it
+    outcome: BatchOutcome
+    started: float  # time.perf_counter() when applying began
+
+
 class Replicator:
     def __init__(
         self,
@@ -173,6 +183,7 @@ class Replicator:
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
             driver_max_rows=cfg.spark.driver_max_rows,
+            row_fill=self.source.needs_row_fill,
         )
         # Where every table stands (read from the tables at start, advanced by each commit),
         # and how far the source has been told it may forget.
@@ -201,6 +212,10 @@ class Replicator:
         self._slices = SlicePacer(
             mcfg.every_seconds, mcfg.max_time_share, time.monotonic(), busy_seconds=mcfg.busy_slice_seconds
         )
+        # What follows a batch's commits, in this order (each step relies on the ones before).
+        self.after_commit: tuple[Callable[[AppliedBatch], None], ...] = (
+            self._record, self._acknowledge, self._cut, self._count, self._maintain_between,
+        )  # fmt: skip
 
     def _spark(self) -> Any:
         if self.env.spark is not None:
@@ -425,6 +440,13 @@ class Replicator:
         outcome = apply_batch(
             self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals())
         )
+        applied = AppliedBatch(batch, live, outcome, t0)
+        for hook in self.after_commit:
+            hook(applied)
+
+    def _record(self, done: AppliedBatch) -> None:
+        """After-commit hook 1: where each table stands; a stopped table stays stopped."""
+        outcome = done.outcome
         for table, cp in outcome.checkpoints.items():
             self.checkpoints = self.checkpoints.with_checkpoint(table, cp)
         for table, why in outcome.stopped.items():
@@ -435,8 +457,11 @@ class Replicator:
         if outcome.stopped:
             self.observer.tables_stopped(len(self.summary.stopped))
         crash_point("committed")
-        # Only now is every table's part of the batch durable: tell the source.
-        ack = self._ack_position(batch.end_position)
+
+    def _acknowledge(self, done: AppliedBatch) -> None:
+        """After-commit hook 2: only now is every table's part of the batch durable: tell
+        the source (not past what a stopped table still needs)."""
+        ack = self._ack_position(done.batch.end_position)
         if ack is not None:
             if self._reader is not None:
                 self._reader.acknowledge(ack)
@@ -445,18 +470,29 @@ class Replicator:
             self.acknowledged = ack
         if self._snapshot_in_progress:
             crash_point("snapshot-batch")
+
+    def _cut(self, done: AppliedBatch) -> None:
+        """After-commit hook 3: a consistent cut when due."""
+        batch = done.batch
         # Rows of an initial snapshot at the batch's end: some table may be half copied.
         copying = any(evs[-1].op is Op.READ for evs in batch.events.values())
         self.cuts.after_batch(batch.end_position, consistent=self._consistent() and not copying)
+
+    def _count(self, done: AppliedBatch) -> None:
+        """After-commit hook 4: the run's counters, metrics and the batch's log line."""
+        batch = done.batch
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
         if self.observer.enabled:
-            self._observe(batch, live, outcome.checkpoints, time.perf_counter() - t0)
+            self._observe(batch, done.live, done.outcome.checkpoints, time.perf_counter() - done.started)
         log.info(
             "batch %d: %d events, %d table(s), up to %s, %.2fs",
             self.summary.batches, batch.event_count, len(batch.tables), batch.end_position,
-            time.perf_counter() - t0,
-        )
+            time.perf_counter() - done.started,
+        )  # fmt: skip
+
+    def _maintain_between(self, _done: AppliedBatch) -> None:
+        """After-commit hook 5: a bounded maintenance slice, as the tables' single writer."""
         self._maintain()
 
     def _observe(

@@ -45,6 +45,9 @@ class ChangeSource(ABC):
     #: How often ``keepalive()`` must run while the pipeline is busy (well below the server's
     #: timeout for an idle replication client).
     keepalive_seconds: float = 5.0
+    #: Its events may carry unavailable-value placeholders (``replicator.events.unavailable``)
+    #: that the pipeline fills from the batch or the table before writing (row fill).
+    needs_row_fill: bool = False
 
     def __init__(self, dead_letters: DeadLetterSink) -> None:
         self.dead_letters = dead_letters

@@ -70,6 +70,7 @@ class DebeziumFileSource(ChangeSource):
 
     kind = "debezium-json"
     replay = ReplayWindow(snapshot_rows=True, all_changes=True)
+    needs_row_fill = True  # Debezium writes a placeholder for an unchanged TOASTed value
 
     def __init__(
         self,

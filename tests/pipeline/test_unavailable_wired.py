@@ -53,6 +53,7 @@ def _rows(path: Path) -> list[dict]:
 BIG = "x" * 5000
 
 
+@pytest.mark.spark  # the judges read with Spark
 def test_placeholder_filled_from_table_and_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, [
         ("c", {"id": 1, "doc": BIG, "n": 1}, None),
@@ -74,6 +75,7 @@ def test_placeholder_filled_from_table_and_batch(tmp_path: Path, capsys: pytest.
     ]
 
 
+@pytest.mark.spark  # the judges read with Spark
 def test_placeholder_found_nowhere_stops_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, [
         ("c", {"id": 1, "doc": "one", "n": 1}, None),
