@@ -34,6 +34,7 @@ from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
+from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.reader import Failed, Idle, SourceReader
@@ -165,6 +166,7 @@ class Replicator:
         self.acknowledged: SourcePosition | None = None
         self.summary = RunSummary()
         self._reader: SourceReader | None = None
+        self._catch = CatchUp(None)  # what --until-idle waits for (set per run)
         self.cuts = CutKeeper(
             self.catalog, cfg.iceberg.namespace, every_seconds=cfg.iceberg.cut_every_seconds,
             keep=cfg.iceberg.cuts_keep,
@@ -252,6 +254,7 @@ class Replicator:
         with state_lock(self.cfg.state_dir):
             self._load_checkpoints()
             self.source.start(self.checkpoints)
+            self._catch = self._catch_up(until_idle)
             watcher = RetainedLogWatcher(
                 self.source, self.observer, lambda: self.acknowledged,
                 every=self.cfg.metrics.retained_check_seconds,
@@ -271,6 +274,13 @@ class Replicator:
         self.summary.dead_letters = self.dead_letters.total
         self.summary.seconds = time.monotonic() - start
         return self.summary
+
+    def _catch_up(self, until_idle: bool) -> CatchUp:
+        """What ``--until-idle`` waits for: the source's log head now (fixed for the run)."""
+        head = self.source.head_position() if until_idle else None
+        if head is not None:
+            log.info("run until idle: the source is at %s; the run ends once everything before it is committed", head)
+        return CatchUp(head)
 
     def _consistent(self) -> bool:
         """Every table holds the source's state at one position (none stopped or behind)."""
@@ -325,10 +335,10 @@ class Replicator:
                     if self._enough(max_batches):
                         return "enough"
                 self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
+                self._catch.taken(item.reached, None)
                 if batcher.pending == 0:
                     self._maintain(idle=True)
-                    if until_idle:
-                        log.info("source is idle; everything read is committed")
+                    if until_idle and self._caught_up(batcher):
                         return "idle"
                     self._idle(item)
                 continue
@@ -351,6 +361,9 @@ class Replicator:
                     if self.stop.is_set():
                         return None  # stop after the batch in progress, not after the chunk
             self.observer.loop(pending=batcher.pending > 0, caught_up=False)
+            self._catch.taken(item.reached, item.events[-1].position if item.events else None)
+            if until_idle and self._catch.head is not None and self._caught_up(batcher):
+                return "idle"
         # Everything handed over is in the batcher. Close a partial batch that has lingered
         # (bounds commit-to-visible lag under steady load) only now, not after a chunk while
         # more wait in the queue: under a backlog a batch grows to its size limits instead
@@ -358,6 +371,22 @@ class Replicator:
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
             return "enough"
         return None
+
+    def _caught_up(self, batcher: Batcher) -> bool:
+        """--until-idle: everything the source had at run start is committed (pipeline/catchup.py)."""
+        committed = self.summary.last_position
+        if not self._catch.done(pending=batcher.pending > 0, committed=committed):
+            self._catch.log_waiting(committed)
+            return False
+        if self._catch.head is None:
+            log.info("source is idle; everything read is committed")
+        else:
+            log.info(
+                "caught up with the source's position at run start (%s); committed up to %s%s",
+                self._catch.head, committed,
+                f"; {batcher.pending} event(s) read after it are left to the next run" if batcher.pending else "",
+            )  # fmt: skip
+        return True
 
     def _flush(self, batcher: Batcher) -> bool:
         """Commit the pending batch if it ends at a transaction boundary."""
