@@ -62,6 +62,7 @@ from replicator.sources.postgres.replication import (
     source_identity,
 )
 from replicator.sources.postgres.retained import lsn_position, slot_retained, wal_head
+from replicator.sources.postgres.slot_wait import SlotCreationProgress
 from replicator.sources.postgres.snapshot import (
     Chunk,
     SnapshotReader,
@@ -184,7 +185,8 @@ class PostgresSource(ChangeSource):
         if slot is None:
             repl = ReplicationConnection(self.dsn)
             try:
-                self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
+                with SlotCreationProgress(self.dsn, self.slot, repl.pgconn.backend_pid):
+                    self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
                 self._reached = self._confirmed  # the snapshot holds what came before
                 log.info("created slot %s at %s", self.slot, self._confirmed)
                 # Import while the exporting session is still open and idle.
