@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from replicator.events.model import SourcePosition
-from replicator.sources.base import LogPosition, caught_up
+from replicator.sources.base import LogPosition, behind_bytes, caught_up
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,16 @@ class CatchUp:
             return True
         need = self._need
         return need is None or (committed is not None and committed >= need)
+
+    def against(self, latest: LogPosition | None) -> tuple[LogPosition | None, bool, int | None]:
+        """(head, caught up, bytes behind) for metrics and /healthz: what was read against
+        the newest head known (``latest`` as measured since, else the run's start); a source
+        without a head counts as caught up once it is quiet."""
+        heads = [h for h in (latest, self.head) if h is not None]
+        if not heads:
+            return None, True, None
+        head = max(heads)
+        return head, caught_up(head, self.received), behind_bytes(head, self.received)
 
     def log_waiting(self, committed: SourcePosition | None) -> None:
         """Say what the run waits for, every ``log_every`` seconds."""

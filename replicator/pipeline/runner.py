@@ -167,6 +167,7 @@ class Replicator:
         self.summary = RunSummary()
         self._reader: SourceReader | None = None
         self._catch = CatchUp(None)  # what --until-idle waits for (set per run)
+        self._watcher: RetainedLogWatcher | None = None
         self.cuts = CutKeeper(
             self.catalog, cfg.iceberg.namespace, every_seconds=cfg.iceberg.cut_every_seconds,
             keep=cfg.iceberg.cuts_keep,
@@ -260,6 +261,7 @@ class Replicator:
                 every=self.cfg.metrics.retained_check_seconds,
                 warn_bytes=self.cfg.metrics.retained_warn_bytes,
             )  # fmt: skip
+            self._watcher = watcher
             try:
                 self.observer.started()
                 watcher.start()
@@ -334,8 +336,8 @@ class Replicator:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
-                self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
                 self._catch.taken(item.reached, None)
+                self._observe_idle(batcher.pending > 0)
                 if batcher.pending == 0:
                     self._maintain(idle=True)
                     if until_idle and self._caught_up(batcher):
@@ -371,6 +373,16 @@ class Replicator:
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
             return "enough"
         return None
+
+    def _observe_idle(self, pending: bool) -> None:
+        """A quiet poll: caught up only if nothing is pending and the reader is at the
+        source's head (the same rule as --until-idle; a silent walsender may be decoding)."""
+        if not self.observer.enabled:
+            return
+        watcher = self._watcher
+        head, caught, behind = self._catch.against(watcher.head if watcher is not None else None)
+        self.observer.source_behind(None if head is None else str(head), behind)
+        self.observer.loop(pending=pending, caught_up=not pending and caught)
 
     def _caught_up(self, batcher: Batcher) -> bool:
         """--until-idle: everything the source had at run start is committed (pipeline/catchup.py)."""

@@ -92,3 +92,12 @@ def test_waiting_is_logged_at_most_every_interval() -> None:
     assert records == [
         "waiting for the source to reach 0/3E8 (run start); received up to 0/190, committed up to postgres:1/0"
     ]
+
+
+def test_against_the_newest_head_known() -> None:
+    c = CatchUp(lsn_position(1000))
+    c.taken(lsn_position(1000), None)
+    assert c.against(None) == (lsn_position(1000), True, 0)
+    head, caught, behind = c.against(lsn_position(1500))  # measured since: the source moved on
+    assert (head, caught, behind) == (lsn_position(1500), False, 500)
+    assert CatchUp(None).against(None) == (None, True, None)  # files
