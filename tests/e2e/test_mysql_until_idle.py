@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from replicator.cli.main import main
 from replicator.pipeline.runner import Replicator
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.retained import binlog_head
@@ -28,7 +29,7 @@ def _insert(conn: Any, first: int, last: int) -> None:
 
 
 def test_until_idle_reaches_the_binlog_position_at_start_under_a_steady_writer(
-    tmp_path: Path, mysql_db: MySQLDb, spark: Any  # noqa: F811
+    tmp_path: Path, mysql_db: MySQLDb, spark: Any, capsys: pytest.CaptureFixture[str]  # noqa: F811
 ) -> None:
     mysql_db.sql("CREATE TABLE t (id int PRIMARY KEY, v varchar(20))")
     cfg = write_config(tmp_path, mysql_db.dsn, server_id=mysql_db.server_id, max_events=500)
@@ -49,3 +50,6 @@ def test_until_idle_reaches_the_binlog_position_at_start_under_a_steady_writer(
     assert not missing, f"{len(missing)} row(s) committed before the run are missing, e.g. {min(missing)}"
     Replicator(load(cfg), engine="local").run(until_idle=True)  # the rest, once quiet
     assert_tables_equal(cfg, mysql_db.dsn, duckdb=False)
+    assert main(["status", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "source: head binlog." in out and "the last committed transaction starts at binlog." in out, out

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from replicator.cli.main import main
 from replicator.pipeline.runner import Replicator
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
@@ -53,7 +54,8 @@ def slot_confirmed(dsn: str, slot: str = "replicator") -> int:
 
 
 def test_until_idle_waits_while_the_server_decodes_a_large_transaction(
-    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     dsn = _role(pg_db, "spiller", "logical_decoding_work_mem = '64kB'")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -70,6 +72,8 @@ def test_until_idle_waits_while_the_server_decodes_a_large_transaction(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (5001, 'after the big one')")
     start = wal_lsn(dsn)
+    assert main(["status", "--config", str(cfg)]) == 0
+    assert "of WAL (changes or not)" in capsys.readouterr().out  # the slot holds the big transaction
     caplog.set_level(logging.INFO, logger="replicator.pipeline")
     summary = Replicator(load(cfg), engine="local").run(until_idle=True)
     assert summary.events_seen > 0
