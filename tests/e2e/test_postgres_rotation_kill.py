@@ -19,7 +19,7 @@ import pytest
 from replicator.pipeline.crashpoints import ENV, EXIT_CODE
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
 from tests.e2e.test_postgres_replication import assert_tables_equal
-from tests.e2e.test_postgres_until_idle import slot_confirmed, wal_lsn
+from tests.e2e.test_postgres_until_idle import make_role, slot_confirmed, wal_lsn
 from tests.judges import assert_no_duplicate_data_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -48,6 +48,9 @@ def rotate_in_one_transaction(dsn: str, n: int) -> None:
 
 
 def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
+    # Decoding spills to disk as on a server with more load than memory: the walsender is
+    # silent longer while it reads the transaction back (the issue saw it at 150k rows).
+    pg_db = make_role(pg_db, "rotator", "logical_decoding_work_mem = '64kB'")
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
         conn.execute("INSERT INTO t SELECT g, 'row ' || g, g FROM generate_series(1, %s) g", (n,))

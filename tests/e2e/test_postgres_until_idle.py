@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 NOISE_ROWS = 400_000
 
 
-def _role(dsn: str, name: str, *settings: str) -> str:
+def make_role(dsn: str, name: str, *settings: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP ROLE IF EXISTS {name}")
         conn.execute(f"CREATE ROLE {name} LOGIN SUPERUSER REPLICATION")
@@ -57,7 +57,7 @@ def test_until_idle_waits_while_the_server_decodes_a_large_transaction(
     tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    dsn = _role(pg_db, "spiller", "logical_decoding_work_mem = '64kB'")
+    dsn = make_role(pg_db, "spiller", "logical_decoding_work_mem = '64kB'")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE TABLE noise (id int, pad text)")  # not replicated
