@@ -255,7 +255,6 @@ class Replicator:
         with state_lock(self.cfg.state_dir):
             self._load_checkpoints()
             self.source.start(self.checkpoints)
-            self._catch = self._catch_up(until_idle)
             watcher = RetainedLogWatcher(
                 self.source, self.observer, lambda: self.acknowledged,
                 every=self.cfg.metrics.retained_check_seconds,
@@ -265,6 +264,7 @@ class Replicator:
             try:
                 self.observer.started()
                 watcher.start()
+                self._catch = self._catch_up(until_idle)
                 idle = self._loop(until_idle=until_idle, max_batches=max_batches)
                 if idle:
                     # Everything read is committed: the run ends with a cut at that position.
