@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from replicator.cli.main import main
+from replicator.metrics.observer import Observer
 from replicator.pipeline.runner import Replicator
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
@@ -53,6 +54,22 @@ def slot_confirmed(dsn: str, slot: str = "replicator") -> int:
     return str_to_lsn(row[0])
 
 
+class Recorder(Observer):
+    """What the run loop tells metrics and /healthz about catching up."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.behind: list[int | None] = []
+        self.loops: list[tuple[bool, bool]] = []
+
+    def source_behind(self, head: str | None, behind_bytes: int | None) -> None:
+        self.behind.append(behind_bytes)
+
+    def loop(self, *, pending: bool, caught_up: bool) -> None:
+        self.loops.append((pending, caught_up))
+
+
 def test_until_idle_waits_while_the_server_decodes_a_large_transaction(
     tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
@@ -75,8 +92,12 @@ def test_until_idle_waits_while_the_server_decodes_a_large_transaction(
     assert main(["status", "--config", str(cfg)]) == 0
     assert "of WAL (changes or not)" in capsys.readouterr().out  # the slot holds the big transaction
     caplog.set_level(logging.INFO, logger="replicator.pipeline")
-    summary = Replicator(load(cfg), engine="local").run(until_idle=True)
+    watch = Recorder()
+    summary = Replicator(load(cfg), engine="local", observer=watch).run(until_idle=True)
     assert summary.events_seen > 0
+    # Metrics and /healthz saw the quiet stream as "behind", not as caught up.
+    assert any(b for b in watch.behind), watch.behind
+    assert watch.loops[-1] == (False, True), watch.loops[-3:]
     # Before the fix: "source is idle" at the first silent half second, nothing applied.
     assert slot_confirmed(dsn) >= start, "the slot still holds changes from before the run start"
     assert_tables_equal(cfg, dsn, duckdb=False)
