@@ -43,7 +43,9 @@ def rotate_in_one_transaction(dsn: str, n: int) -> None:
         conn.execute("UPDATE t SET id = -id")
         conn.execute("UPDATE t SET id = (-id %% %s) + 1", (n,))
         conn.execute("DELETE FROM t WHERE id BETWEEN %s AND %s", BAND)
-        conn.execute("INSERT INTO t SELECT g, 'again ' || g, -g FROM generate_series(%s::int, %s::int) g", BAND)
+        conn.execute(
+            "INSERT INTO t SELECT g, 'again ' || g, -g, repeat('x', 500) FROM generate_series(%s::int, %s::int) g", BAND
+        )
         conn.execute("UPDATE t SET n = n + 1 WHERE id % 3 = 0")
 
 
@@ -52,8 +54,12 @@ def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
     # silent longer while it reads the transaction back (the issue saw it at 150k rows).
     pg_db = make_role(pg_db, "rotator", "logical_decoding_work_mem = '64kB'")
     with psycopg.connect(pg_db, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
-        conn.execute("INSERT INTO t SELECT g, 'row ' || g, g FROM generate_series(1, %s) g", (n,))
+        # Rows of ~600 bytes: the transaction's WAL is large enough that reading and spilling
+        # it keeps the walsender silent past a poll's wait (what stopped the run early).
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int, pad text)")
+        conn.execute(
+            "INSERT INTO t SELECT g, 'row ' || g, g, repeat(md5(g::text), 18) FROM generate_series(1, %s) g", (n,)
+        )
     cfg = write_config(tmp_path, pg_db, max_events=2000)
     first = _engine(cfg, "run", "--until-idle", "--engine", "local")
     assert first.returncode == 0, first.stderr[-3000:]
