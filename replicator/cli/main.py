@@ -231,11 +231,16 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
     tables = [catalog.load_table(i) for i in sorted(catalog.list_tables(cfg.iceberg.namespace))]
     reports = [table_report(t, spark) for t in tables]
     print(format_reports(reports) if reports else f"no tables in namespace {cfg.iceberg.namespace}")
-    from replicator.cli.source_status import committed_checkpoints, format_retained
+    from replicator.cli.source_status import (
+        committed_checkpoints,
+        format_caught_up,
+        format_retained,
+    )
 
-    retained = format_retained(cfg, committed_checkpoints(catalog, cfg.iceberg.namespace))
-    if retained:
-        print(retained)
+    checkpoints = committed_checkpoints(catalog, cfg.iceberg.namespace)
+    for line in (format_caught_up(cfg, checkpoints), format_retained(cfg, checkpoints)):
+        if line:
+            print(line)
     if tables:
         print("\nmaintenance:")
         print(format_health([table_health(t) for t in tables]))

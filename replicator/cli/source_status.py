@@ -9,7 +9,7 @@ from replicator.config import RunConfig
 from replicator.errors import ReplicatorError
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY
 from replicator.pipeline.retained import format_bytes
-from replicator.sources.base import RetainedLog
+from replicator.sources.base import LogPosition, RetainedLog, behind_bytes, caught_up
 
 
 def committed_checkpoints(catalog: Any, namespace: str) -> Checkpoints:
@@ -23,6 +23,55 @@ def committed_checkpoints(catalog: Any, namespace: str) -> Checkpoints:
     return Checkpoints(found)
 
 
+def _mysql_committed(checkpoints: Checkpoints) -> tuple[str, int] | None:
+    """Where a restart resumes: the acknowledged position, else the oldest table's."""
+    at = checkpoints.acknowledged
+    positions = [p for p in checkpoints.positions().values() if p.source == "mysql"]
+    if at is None and positions:
+        at = min(positions)
+    return (str(at.parts[0]), int(at.parts[1])) if at is not None and at.source == "mysql" else None
+
+
+def source_positions(cfg: RunConfig, checkpoints: Checkpoints) -> tuple[LogPosition, LogPosition | None] | None:
+    """(the source's log head now, the committed point in the same terms); None for
+    sources without a log head (files)."""
+    src = cfg.source
+    if src.type == "postgres" and src.dsn:
+        from replicator.sources.postgres.retained import slot_confirmed, wal_head
+
+        return wal_head(src.dsn), slot_confirmed(src.dsn, src.slot)
+    if src.type == "mysql" and src.dsn:
+        from replicator.sources.mysql import setup
+        from replicator.sources.mysql.retained import binlog_head, binlog_position
+
+        committed = _mysql_committed(checkpoints)
+        return binlog_head(setup.parse_dsn(src.dsn)), None if committed is None else binlog_position(*committed)
+    return None
+
+
+def format_caught_up(cfg: RunConfig, checkpoints: Checkpoints) -> str | None:
+    """One line for ``status``: the committed point against the source's head, by the rule
+    ``--until-idle`` and the metrics use (``replicator.sources.base.caught_up``)."""
+    try:
+        got = source_positions(cfg, checkpoints)
+    except ReplicatorError as exc:
+        return f"source head: cannot read ({exc})"
+    if got is None:
+        return None
+    head, committed = got
+    if caught_up(head, committed):
+        return f"source: caught up (head {head}, committed up to {committed})"
+    behind = behind_bytes(head, committed)
+    size = "an unknown amount" if behind is None else format_bytes(behind)
+    if cfg.source.type == "mysql":
+        # A MySQL position is the start of the last committed transaction, not its end.
+        return (
+            f"source: head {head}; the last committed transaction starts at {committed}: "
+            f"at most {size} of binlog not yet committed"
+        )
+    return f"source: head {head}; committed up to {committed}: behind by {size} of WAL (changes or not)"
+
+
 def source_retained(cfg: RunConfig, checkpoints: Checkpoints) -> RetainedLog | None:
     src = cfg.source
     if src.type == "postgres" and src.dsn:
@@ -33,13 +82,7 @@ def source_retained(cfg: RunConfig, checkpoints: Checkpoints) -> RetainedLog | N
         from replicator.sources.mysql import setup
         from replicator.sources.mysql.retained import binlog_retained
 
-        # Where a restart resumes: the acknowledged position, else the oldest table's.
-        at = checkpoints.acknowledged
-        positions = [p for p in checkpoints.positions().values() if p.source == "mysql"]
-        if at is None and positions:
-            at = min(positions)
-        committed = (str(at.parts[0]), int(at.parts[1])) if at is not None and at.source == "mysql" else None
-        return binlog_retained(setup.parse_dsn(src.dsn), committed)
+        return binlog_retained(setup.parse_dsn(src.dsn), _mysql_committed(checkpoints))
     return None
 
 

@@ -52,6 +52,10 @@ class Observer:
         """The loop is alive. ``pending``: changes were read that are not committed yet;
         ``caught_up``: the source had nothing more and everything read is committed."""
 
+    def source_behind(self, head: str | None, behind_bytes: int | None) -> None:
+        """How far the reader is behind the source's log head (``head`` as last measured):
+        0 caught up, None unknown (no head, or positions that do not give a byte count)."""
+
     def applying(self) -> None:
         """A batch is being applied (changes wait until it commits)."""
 

@@ -73,6 +73,13 @@ class PrometheusObserver(Observer):
             registry=r,
         )
         self.source_lag.set_function(self._source_lag)
+        self.behind = Gauge(
+            "replicator_source_behind_bytes",
+            "Change log between what the engine has read and the source's head as last measured "
+            "(0 when caught up; NaN when unknown)",
+            registry=r,
+        )
+        self.behind.set(math.nan)
         self.retained = Gauge("replicator_source_retained_bytes",
                               "WAL/binlog bytes the source keeps for this engine", registry=r)
         self.retained.set(math.nan)
@@ -101,6 +108,10 @@ class PrometheusObserver(Observer):
     def loop(self, *, pending: bool, caught_up: bool) -> None:
         self._caught_up = caught_up
         self.health.pending(pending)
+
+    def source_behind(self, head: str | None, behind_bytes: int | None) -> None:
+        self.behind.set(math.nan if behind_bytes is None else behind_bytes)
+        self.health.behind(head, behind_bytes)
 
     def applying(self) -> None:
         self._caught_up = False

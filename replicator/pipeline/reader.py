@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from replicator.events.model import ChangeEvent, SourcePosition
-from replicator.sources.base import ChangeSource
+from replicator.sources.base import ChangeSource, LogPosition
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +29,25 @@ KEEPALIVE_SECONDS = 5.0
 @dataclass(frozen=True)
 class Events:
     """Events in source order; ``snapshot_in_progress`` as the source said after them;
-    ``first_read``: when the reader got the first of them (``time.monotonic()``)."""
+    ``first_read``: when the reader got the first of them (``time.monotonic()``);
+    ``reached``: the source's ``reached_position()`` as they were handed over (everything
+    the source logged before it is in this item or an earlier one)."""
 
     events: list[ChangeEvent]
     snapshot_in_progress: bool
     first_read: float | None = None
+    reached: LogPosition | None = None
 
 
 @dataclass(frozen=True)
 class Idle:
-    """A poll returned nothing: everything the source had was handed over before this.
-    ``started``: when that poll began (``time.monotonic()``)."""
+    """A poll returned nothing: everything the source sent was handed over before this.
+    ``started``: when that poll began (``time.monotonic()``); ``reached``: as in ``Events``
+    (a silent source is not necessarily a caught-up one: a Postgres walsender sends nothing
+    while it decodes a large transaction)."""
 
     started: float = 0.0
+    reached: LogPosition | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,7 @@ class SourceReader:
                 if got is None:
                     return
                 if got == 0:
-                    if not self._put(Idle(started)):
+                    if not self._put(Idle(started, self.source.reached_position())):
                         return
                     self._wake.wait(self.idle_sleep)
                     self._wake.clear()
@@ -183,16 +189,20 @@ class SourceReader:
                 chunk.append(ev)
                 got += 1
                 if len(chunk) >= CHUNK_EVENTS:
-                    if not self._put(Events(chunk, self._snapshot_in_progress(), first)):
+                    if not self._put(self._events(chunk, first)):
                         return None
                     chunk = []
                     self._deliver_ack()
         finally:
             # Also when the source raises: what it handed out before comes first (the run
             # loop commits the complete transactions among them, then raises).
-            if chunk and not self._put(Events(chunk, self._snapshot_in_progress(), first)):
+            if chunk and not self._put(self._events(chunk, first)):
                 return None  # noqa: B012 - stopping: nothing left to hand over
         return got
+
+    def _events(self, chunk: list[ChangeEvent], first: float) -> Events:
+        src = self.source
+        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position())
 
     def _snapshot_in_progress(self) -> bool:
         return bool(getattr(self.source, "snapshot_in_progress", False))

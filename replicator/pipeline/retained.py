@@ -14,7 +14,7 @@ from collections.abc import Callable
 from replicator.errors import ReplicatorError
 from replicator.events.model import SourcePosition
 from replicator.metrics.observer import Observer
-from replicator.sources.base import ChangeSource, RetainedLog
+from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class RetainedLogWatcher:
         self.every = every
         self.warn_bytes = warn_bytes
         self.last: RetainedLog | None = None
+        self.head: LogPosition | None = None  # the source's log head, last measured (metrics on)
         self._warned_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="retained-log", daemon=True)
@@ -60,6 +61,11 @@ class RetainedLogWatcher:
 
     def check(self, now: float) -> RetainedLog | None:
         """One measurement: expose it and warn when past the limit."""
+        if self.observer.enabled:  # for "caught up" in metrics and /healthz
+            try:
+                self.head = self.source.head_position()
+            except ReplicatorError as exc:
+                log.warning("cannot read the source's log head: %s", exc)
         try:
             got = self.source.retained_log(self.acknowledged())
         except ReplicatorError as exc:

@@ -35,6 +35,7 @@ from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
+from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.reader import Failed, Idle, SourceReader
@@ -191,6 +192,8 @@ class Replicator:
         self.acknowledged: SourcePosition | None = None
         self.summary = RunSummary()
         self._reader: SourceReader | None = None
+        self._catch = CatchUp(None)  # what --until-idle waits for (set per run)
+        self._watcher: RetainedLogWatcher | None = None
         self.cuts = CutKeeper(
             self.catalog, cfg.iceberg.namespace, every_seconds=cfg.iceberg.cut_every_seconds,
             keep=cfg.iceberg.cuts_keep,
@@ -287,9 +290,11 @@ class Replicator:
                 every=self.cfg.metrics.retained_check_seconds,
                 warn_bytes=self.cfg.metrics.retained_warn_bytes,
             )  # fmt: skip
+            self._watcher = watcher
             try:
                 self.observer.started()
                 watcher.start()
+                self._catch = self._catch_up(until_idle)
                 idle = self._loop(until_idle=until_idle, max_batches=max_batches)
                 if idle:
                     # Everything read is committed: the run ends with a cut at that position.
@@ -301,6 +306,13 @@ class Replicator:
         self.summary.dead_letters = self.dead_letters.total
         self.summary.seconds = time.monotonic() - start
         return self.summary
+
+    def _catch_up(self, until_idle: bool) -> CatchUp:
+        """What ``--until-idle`` waits for: the source's log head now (fixed for the run)."""
+        head = self.source.head_position() if until_idle else None
+        if head is not None:
+            log.info("run until idle: the source is at %s; the run ends once everything before it is committed", head)
+        return CatchUp(head)
 
     def _consistent(self) -> bool:
         """Every table holds the source's state at one position (none stopped or behind)."""
@@ -354,11 +366,11 @@ class Replicator:
                     self._apply(batch)
                     if self._enough(max_batches):
                         return "enough"
-                self.observer.loop(pending=batcher.pending > 0, caught_up=batcher.pending == 0)
+                self._catch.taken(item.reached, None)
+                self._observe_idle(batcher.pending > 0)
                 if batcher.pending == 0:
                     self._maintain(idle=True)
-                    if until_idle:
-                        log.info("source is idle; everything read is committed")
+                    if until_idle and self._caught_up(batcher):
                         return "idle"
                     self._idle(item)
                 continue
@@ -381,6 +393,9 @@ class Replicator:
                     if self.stop.is_set():
                         return None  # stop after the batch in progress, not after the chunk
             self.observer.loop(pending=batcher.pending > 0, caught_up=False)
+            self._catch.taken(item.reached, item.events[-1].position if item.events else None)
+            if until_idle and self._catch.head is not None and self._caught_up(batcher):
+                return "idle"
         # Everything handed over is in the batcher. Close a partial batch that has lingered
         # (bounds commit-to-visible lag under steady load) only now, not after a chunk while
         # more wait in the queue: under a backlog a batch grows to its size limits instead
@@ -388,6 +403,32 @@ class Replicator:
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
             return "enough"
         return None
+
+    def _observe_idle(self, pending: bool) -> None:
+        """A quiet poll: caught up only if nothing is pending and the reader is at the
+        source's head (the same rule as --until-idle; a silent walsender may be decoding)."""
+        if not self.observer.enabled:
+            return
+        watcher = self._watcher
+        head, caught, behind = self._catch.against(watcher.head if watcher is not None else None)
+        self.observer.source_behind(None if head is None else str(head), behind)
+        self.observer.loop(pending=pending, caught_up=not pending and caught)
+
+    def _caught_up(self, batcher: Batcher) -> bool:
+        """--until-idle: everything the source had at run start is committed (pipeline/catchup.py)."""
+        committed = self.summary.last_position
+        if not self._catch.done(pending=batcher.pending > 0, committed=committed):
+            self._catch.log_waiting(committed)
+            return False
+        if self._catch.head is None:
+            log.info("source is idle; everything read is committed")
+        else:
+            log.info(
+                "caught up with the source's position at run start (%s); committed up to %s%s",
+                self._catch.head, committed,
+                f"; {batcher.pending} event(s) read after it are left to the next run" if batcher.pending else "",
+            )  # fmt: skip
+        return True
 
     def _flush(self, batcher: Batcher) -> bool:
         """Commit the pending batch if it ends at a transaction boundary."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.events.deadletter import DeadLetterSink
@@ -20,6 +20,41 @@ class RetainedLog:
     bytes: int | None  # None: not measurable (e.g. the committed binlog file is gone)
     status: str  # Postgres: the slot's wal_status; MySQL: "binlog present" / "binlog purged"
     detail: str = ""  # for people: the slot / binlog file and positions
+
+
+@dataclass(frozen=True, order=True)
+class LogPosition:
+    """A point in the source server's change log, for "caught up" only (never a resume point).
+
+    Ordered by ``key``: Postgres ``(lsn,)``; MySQL/MariaDB ``(binlog file number, offset)``.
+    ``label`` is how people and the server write it ("0/5A3F2B8", "binlog.000003:1234")."""
+
+    key: tuple[int, ...]
+    label: str = field(compare=False)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def caught_up(head: LogPosition, reached: LogPosition | None) -> bool:
+    """THE rule: a reader has caught up with ``head`` (the log's end as the server reported
+    it, e.g. when a run started) once everything the source logged up to it was handed out:
+    ``reached`` is at or past it. Used by ``--until-idle``, metrics, ``/healthz``, ``status``."""
+    return reached is not None and reached.key >= head.key
+
+
+def behind_bytes(head: LogPosition, reached: LogPosition | None) -> int | None:
+    """Bytes of change log between ``reached`` and ``head`` where one number says it (one
+    WAL; one binlog file), 0 when caught up, None when it cannot be told from the positions."""
+    if reached is None:
+        return None
+    if caught_up(head, reached):
+        return 0
+    if len(head.key) == 1:
+        return head.key[0] - reached.key[0]
+    if head.key[:-1] == reached.key[:-1]:
+        return head.key[-1] - reached.key[-1]
+    return None
 
 
 class ChangeSource(ABC):
@@ -73,6 +108,17 @@ class ChangeSource(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    def head_position(self) -> LogPosition | None:
+        """The end of the server's change log now (everything committed so far lies before
+        it), measured on a connection of its own (callable from any thread). None: the source
+        has no such head (files); a run ``--until-idle`` then ends at the end of its input."""
+        return None
+
+    def reached_position(self) -> LogPosition | None:
+        """How far the change log has been read (reader thread): every change logged before
+        it has been handed out by ``poll()``. None: not known yet (e.g. during a snapshot)."""
+        return None
 
     def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
         """What the server retains for this engine, measured on a connection of its own

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pymysql
 
 from replicator.errors import TransientError
-from replicator.sources.base import RetainedLog
+from replicator.sources.base import LogPosition, RetainedLog
 from replicator.sources.mysql import setup
 
 
@@ -41,3 +41,23 @@ def binlog_retained(params: setup.ConnParams, committed: tuple[str, int] | None)
         bytes=retained, status="binlog present",
         detail=f"committed at {name}:{offset}, server at {logs[-1][0]}:{logs[-1][1]}",
     )  # fmt: skip
+
+
+def binlog_position(file: str, offset: int) -> LogPosition:
+    """A binlog point, ordered by the file's sequence number (``binlog.000012``) then offset."""
+    number = file.rpartition(".")[2]
+    return LogPosition((int(number) if number.isdigit() else 0, int(offset)), f"{file}:{offset}")
+
+
+def binlog_head(params: setup.ConnParams) -> LogPosition:
+    """The end of the binlog now (``SHOW MASTER STATUS`` / ``SHOW BINARY LOG STATUS``:
+    ``ChangeSource.head_position``), on a connection of its own."""
+    try:
+        conn = setup.connect(params)
+        try:
+            file, offset = setup.master_status(conn)
+        finally:
+            conn.close()
+    except pymysql.err.Error as exc:
+        raise TransientError(f"cannot read the binlog position: {exc}") from exc
+    return binlog_position(file, offset)

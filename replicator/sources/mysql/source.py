@@ -77,10 +77,11 @@ from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.sources.base import ChangeSource, RetainedLog
+from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
+from replicator.sources.mysql.retained import binlog_head, binlog_position
 from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
 from replicator.sources.mysql.snapshot import (
     SNAPSHOT_BASE,
@@ -391,6 +392,15 @@ class MySQLSource(ChangeSource):
                 with contextlib.suppress(pymysql.err.Error):
                     self._conn.close()
                 self._conn = None
+
+    def head_position(self) -> LogPosition | None:
+        return binlog_head(self.params)
+
+    def reached_position(self) -> LogPosition | None:
+        if self._cursor is not None:
+            return None
+        at = self._stream.reached_now() if self._stream is not None else self._resume
+        return binlog_position(*at) if at[0] else None
 
     def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
         from replicator.sources.mysql.retained import binlog_retained

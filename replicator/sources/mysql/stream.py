@@ -41,6 +41,7 @@ from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
@@ -129,6 +130,7 @@ class BinlogStream:
         self.zero_dates = zero_dates
         self.resume = resume  # where a new connection starts: a transaction boundary
         self.last_out = last_out  # position of the last event handed out
+        self.reached = resume  # everything logged before it was handed out (reached_now)
         self.converters: list[RowConverter] = []
         self.fast_rows = fast_rows
         self.fast_events = 0  # rows events decoded by rowimage.py
@@ -182,6 +184,9 @@ class BinlogStream:
                 setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")
                 return
             if ev is None:  # non-blocking dump: the end of the binlog, as of when it was sent
+                if self._tx is None and reader.log_file and reader.log_pos:
+                    # Everything before it is read, filtered events included.
+                    self._note_reached((str(reader.log_file), int(reader.log_pos)))
                 self.close()
                 if fresh:
                     return
@@ -195,6 +200,17 @@ class BinlogStream:
             finally:
                 if not finished:  # the consumer stopped mid-event: rows of it may be unread
                     self.close()
+
+    def _note_reached(self, at: tuple[str, int]) -> None:
+        if binlog_position(*at) > binlog_position(*self.reached):
+            self.reached = at
+
+    def reached_now(self) -> tuple[str, int]:
+        """Every change before this binlog point has been handed out (between polls: no
+        transaction is half read, or ``resume`` stays before it)."""
+        if self._tx is None and self._pending is None:
+            self._note_reached(self.resume)
+        return self.reached
 
     def _handle(self, ev: Any) -> Iterator[ChangeEvent]:
         t = type(ev)

@@ -43,7 +43,7 @@ from replicator.errors import TerminalError, TransientError
 from replicator.events.block import BlockRow
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
-from replicator.sources.base import ChangeSource, RetainedLog
+from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.postgres import setup
@@ -61,6 +61,8 @@ from replicator.sources.postgres.replication import (
     session_conninfo,
     source_identity,
 )
+from replicator.sources.postgres.retained import lsn_position, slot_retained, wal_head
+from replicator.sources.postgres.slot_wait import SlotCreationProgress
 from replicator.sources.postgres.snapshot import (
     Chunk,
     SnapshotReader,
@@ -128,6 +130,8 @@ class PostgresSource(ChangeSource):
         self._confirmed = 0  # the slot's confirmed position as we last reported it
         self._acked: tuple[int, ...] = ()
         self._idle_lsn = 0  # keepalive position seen while nothing was in flight
+        # Every change logged before it has been handed out (``reached_position``).
+        self._reached = 0
         self._idle_out: tuple[int, ...] = ()
         self._snap: SnapshotReader | None = None
         self._snap_state: SnapshotState | None = None
@@ -181,14 +185,16 @@ class PostgresSource(ChangeSource):
         if slot is None:
             repl = ReplicationConnection(self.dsn)
             try:
-                self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
+                with SlotCreationProgress(self.dsn, self.slot, repl.pgconn.backend_pid):
+                    self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
+                self._reached = self._confirmed  # the snapshot holds what came before
                 log.info("created slot %s at %s", self.slot, self._confirmed)
                 # Import while the exporting session is still open and idle.
                 self._begin_snapshot(infos, snapshot_name, None, 0)
             finally:
                 repl.close()
             return
-        self._confirmed = slot.confirmed_flush
+        self._reached = self._confirmed = slot.confirmed_flush
         if state is not None and state.slot != self.slot:
             state = None
         plan = plan_resumed_snapshot(
@@ -257,9 +263,23 @@ class PostgresSource(ChangeSource):
             self._text_conn = self._conn = None
 
     def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
-        from replicator.sources.postgres.retained import slot_retained
-
         return slot_retained(self.dsn, self.slot)
+
+    def head_position(self) -> LogPosition | None:
+        return wal_head(self.dsn)
+
+    def reached_position(self) -> LogPosition | None:
+        """Called between (or after) polls on the reader thread. No transaction is in flight:
+        the stream's WAL end (a keepalive's position, or the end of the last commit sent) has
+        every transaction committed before it sent, because the walsender sends transactions
+        whole, in commit order. A silent stream (the walsender decoding a large transaction)
+        does not move it: that is not "caught up"."""
+        asm, stream = self._asm, self._stream
+        if self._cursor is not None or asm is None:
+            return None
+        if stream is not None and asm.idle and stream.wal_end > self._reached:
+            self._reached = stream.wal_end
+        return lsn_position(self._reached)
 
     # -- polling --------------------------------------------------------------------------------
     def poll(self) -> Iterator[ChangeEvent]:
