@@ -29,7 +29,7 @@ __all__ = ["MAX_POSITION", "Positions", "deserialize", "positions", "serialize",
 Positions = npt.NDArray[np.uint64]
 
 # Iceberg Java's RoaringPositionBitmap accepts keys up to Integer.MAX_VALUE.
-MAX_POSITION = (2**31 - 1) * 2**32 + 2**32 - 1
+MAX_POSITION = 2**63 - 1  # keys up to 2**31 - 1, times 2**32 values each
 
 _COOKIE_NO_RUNS = 12346  # SERIAL_COOKIE_NO_RUNCONTAINER: cookie, then the container count
 _COOKIE_RUNS = 12347  # SERIAL_COOKIE: the low 16 bits; the high 16 bits are count - 1
@@ -39,13 +39,15 @@ _BITSET_BYTES = 8192
 
 
 def positions(values: Iterable[int] | npt.NDArray[np.integer]) -> Positions:
-    """Sorted unique positions as ``uint64``; ``ValueError`` on a negative or too large one."""
-    array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.int64)
+    """Sorted unique positions as ``uint64``; ``ValueError`` on a negative or too large one
+    (Iceberg Java's bitmap holds positions below ``2**63``)."""
+    try:
+        array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.int64)
+    except OverflowError as exc:
+        raise ValueError(f"a row position exceeds {MAX_POSITION}") from exc
     if array.size and (array.min() < 0):
         raise ValueError(f"row position {int(array.min())} is negative")
     result: Positions = np.unique(array.astype(np.uint64))
-    if result.size and int(result[-1]) > MAX_POSITION:
-        raise ValueError(f"row position {int(result[-1])} exceeds {MAX_POSITION}")
     return result
 
 
