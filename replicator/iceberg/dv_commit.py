@@ -63,6 +63,7 @@ from replicator.iceberg.manifest_writer import (
     write_manifest_list,
 )
 from replicator.iceberg.roaring import Positions, union
+from replicator.iceberg.row_delta import check_properties
 from replicator.iceberg.snapshot_summary import summary_properties
 from replicator.iceberg.v3_metadata import commit_v3
 
@@ -85,12 +86,18 @@ class _Target:
     spec_id: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Plan:
-    """What the commit writes, gathered before anything is written."""
+    """What the commit writes, gathered and checked before anything is written."""
 
-    parent: list[ListedManifest]
-    targets: dict[str, _Target]
+    snapshot_id: int
+    head_id: int | None
+    data_files: Sequence[ContentFile]
+    delete_files: Sequence[ContentFile]
+    vectors: Mapping[str, Positions]
+    snapshot_properties: Mapping[str, str]
+    parent: list[ListedManifest]  # the parent snapshot's manifests
+    targets: dict[str, _Target]  # data file -> where the vector goes
     previous: dict[str, tuple[ListedManifest, FileEntry]]  # data file -> its live vector
 
 
@@ -122,12 +129,15 @@ def commit_files(
             f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
             table=".".join(table.name()),
         )
+    properties = dict(snapshot_properties or {})
+    check_properties(properties)
     parent = read_manifest_list(table.io, head.manifest_list) if head is not None else []
-    plan = _plan(table, parent, data_files, vectors)
+    targets, previous = _targets(table, parent, data_files, vectors)
     snapshot_id = _new_snapshot_id(metadata)
+    plan = _Plan(snapshot_id, head_id, data_files, delete_files, vectors, properties, parent, targets, previous)
     written: list[str] = []
     try:
-        snapshot = _write_snapshot(table, plan, snapshot_id, head_id, data_files, delete_files, vectors, snapshot_properties, written)
+        snapshot = _write_snapshot(table, plan, written)
     except BaseException:
         _discard(table, written)
         raise
@@ -176,12 +186,14 @@ def _check_inputs(
         raise ValueError("a file is listed more than once in one commit")
 
 
-def _plan(
+def _targets(
     table: Table,
     parent: list[ListedManifest],
     data_files: Sequence[ContentFile],
     vectors: Mapping[str, Positions],
-) -> _Plan:
+) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]]]:
+    """The data files the vectors are for (live or added now, positions within them) and
+    their live vectors."""
     metadata = table.metadata
     targets = {f.file_path: _Target(f, metadata.default_spec_id) for f in data_files if f.file_path in vectors}
     wanted = set(vectors) - set(targets)
@@ -202,7 +214,7 @@ def _plan(
             lambda e: e.file.file_format == PUFFIN and e.file.referenced_data_file in vectors,
         )
     }  # fmt: skip
-    return _Plan(parent, targets, previous)
+    return targets, previous
 
 
 def _live_entries(
@@ -250,20 +262,12 @@ def _read_vector(table: Table, file: ContentFile) -> Positions:
     return values
 
 
-def _write_snapshot(
-    table: Table,
-    plan: _Plan,
-    snapshot_id: int,
-    head_id: int | None,
-    data_files: Sequence[ContentFile],
-    delete_files: Sequence[ContentFile],
-    vectors: Mapping[str, Positions],
-    snapshot_properties: Mapping[str, str] | None,
-    written: list[str],
-) -> Snapshot:
-    """Write the Puffin file, the manifests and the manifest list; return the snapshot."""
+def _write_manifests(
+    table: Table, plan: _Plan, written: list[str]
+) -> tuple[list[ListedManifest], dict[str, ContentFile]]:
+    """Write the Puffin file and the new and rewritten manifests; return the manifests to list
+    (new first, then the parent's other live ones) and the vectors' files by data file."""
     metadata = table.metadata
-    version = _version(metadata)
     new: list[ListedManifest] = []
 
     def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
@@ -271,16 +275,17 @@ def _write_snapshot(
         written.append(path)
         new.append(
             write_manifest(
-                table.io, path, version=version, content=content, spec=metadata.specs()[spec_id],
-                schema=metadata.schema(), snapshot_id=snapshot_id, entries=entries,
+                table.io, path, version=_version(metadata), content=content,
+                spec=metadata.specs()[spec_id], schema=metadata.schema(),
+                snapshot_id=plan.snapshot_id, entries=entries,
             )
         )  # fmt: skip
 
-    if data_files:
-        manifest(ManifestContent.DATA, metadata.default_spec_id, [FileEntry(Status.ADDED, f) for f in data_files])
-    dv_files = _write_vectors(table, plan, vectors, written)
+    if plan.data_files:
+        manifest(ManifestContent.DATA, metadata.default_spec_id, [FileEntry(Status.ADDED, f) for f in plan.data_files])
+    dv_files = _write_vectors(table, plan, written)
     by_spec: dict[int, list[FileEntry]] = {}
-    for f in delete_files:
+    for f in plan.delete_files:
         by_spec.setdefault(metadata.default_spec_id, []).append(FileEntry(Status.ADDED, f))
     for path, f in dv_files.items():
         by_spec.setdefault(plan.targets[path].spec_id, []).append(FileEntry(Status.ADDED, f))
@@ -296,22 +301,31 @@ def _write_snapshot(
         ]
         manifest(ManifestContent.DELETES, listed.partition_spec_id, entries)
     carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
+    return [*new, *carried], dv_files
+
+
+def _write_snapshot(table: Table, plan: _Plan, written: list[str]) -> Snapshot:
+    """Write the files of the commit and the manifest list; return the snapshot."""
+    metadata = table.metadata
+    version = _version(metadata)
+    snapshot_id, head_id = plan.snapshot_id, plan.head_id
+    manifests, dv_files = _write_manifests(table, plan, written)
     sequence_number = _last_sequence_number(metadata) + 1
     list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-1-{uuid.uuid4()}.avro")
     written.append(list_path)
     first_row_id = _next_row_id(metadata)
     _, added_rows = write_manifest_list(
         table.io, list_path, version=version, snapshot_id=snapshot_id, parent_snapshot_id=head_id,
-        sequence_number=sequence_number, first_row_id=first_row_id, manifests=[*new, *carried],
+        sequence_number=sequence_number, first_row_id=first_row_id, manifests=manifests,
     )  # fmt: skip
     removed = [e.file for _, e in plan.previous.values()]
-    added = [*data_files, *delete_files, *dv_files.values()]
+    added = [*plan.data_files, *plan.delete_files, *dv_files.values()]
     parent = metadata.snapshot_by_id(head_id) if head_id is not None else None
     summary = update_snapshot_summaries(
         summary=Summary(
-            operation=_operation(bool(data_files), bool(delete_files or dv_files)),
+            operation=_operation(bool(plan.data_files), bool(plan.delete_files or dv_files)),
             **summary_properties(added, removed),
-            **dict(snapshot_properties or {}),
+            **plan.snapshot_properties,
         ),
         previous_summary=parent.summary if parent is not None else None,
     )
@@ -337,14 +351,12 @@ def _replaced(entry: FileEntry, plan: _Plan) -> bool:
     return previous is not None and previous[1] == entry
 
 
-def _write_vectors(
-    table: Table, plan: _Plan, vectors: Mapping[str, Positions], written: list[str]
-) -> dict[str, ContentFile]:
+def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, ContentFile]:
     """One Puffin file with each target's vector merged with its previous one."""
-    if not vectors:
+    if not plan.vectors:
         return {}
     merged = {}
-    for path, values in vectors.items():
+    for path, values in plan.vectors.items():
         previous = plan.previous.get(path)
         merged[path] = union(_read_vector(table, previous[1].file), values) if previous else values
     data, created = puffin.write_deletion_vectors(merged)
