@@ -47,6 +47,7 @@ from pyiceberg.table.update import (
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
+from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
 from replicator.iceberg.manifest_schema import (
     ContentFile,
     FileContent,
@@ -207,14 +208,30 @@ def _targets(
         count = targets[path].file.record_count
         if int(values[-1]) >= count:
             raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
-    previous = {
-        e.file.referenced_data_file or "": (m, e)
-        for m, e in _live_entries(
-            table, parent, ManifestContent.DELETES,
-            lambda e: e.file.file_format == PUFFIN and e.file.referenced_data_file in vectors,
-        )
-    }  # fmt: skip
+    previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
+    for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
+        if e.file.file_format != PUFFIN:
+            # Readers apply only the vector where a data file has one: these positions would
+            # come back. Merging them into the vector is not done yet.
+            raise ValueError(
+                f"{e.file.file_path}: position delete file that may apply to data files "
+                "getting a deletion vector; rewrite the position deletes first"
+            )
+        previous[e.file.referenced_data_file or ""] = (m, e)
     return targets, previous
+
+
+def _may_apply(file: ContentFile, vectors: Mapping[str, Positions]) -> bool:
+    """Whether a position delete file or vector may delete rows of the vectors' data files."""
+    if file.content != FileContent.POSITION_DELETES:
+        return False
+    path = file.referenced_data_file
+    if path is None and file.lower_bounds and file.upper_bounds:
+        # One data file per delete file shows as equal bounds of its file_path column.
+        low = file.lower_bounds.get(POSITION_DELETE_FILE_PATH_ID)
+        if low is not None and low == file.upper_bounds.get(POSITION_DELETE_FILE_PATH_ID):
+            path = low.decode()
+    return path is None or path in vectors
 
 
 def _live_entries(
