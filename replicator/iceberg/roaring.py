@@ -136,17 +136,39 @@ def _deserialize32(view: memoryview, start: int) -> tuple[npt.NDArray[np.uint32]
     pos += 4 * n
     if not run_flags or n >= _NO_OFFSET_THRESHOLD:
         pos += 4 * n  # offsets: containers follow one another, so they are not needed
-    parts = []
+    parts: list[npt.NDArray[np.uint32]] = []
+    arrays: list[tuple[int, int]] = []  # (key, cardinality) of array containers not yet read
+    arrays_start = pos
     for i in range(n):
         key, cardinality = int(descriptors[i, 0]), int(descriptors[i, 1]) + 1
         is_run = bool(run_flags) and bool(run_flags[i // 8] >> (i % 8) & 1)
+        if not is_run and cardinality <= _ARRAY_MAX:
+            # Consecutive array containers are one stretch of 16-bit values: read them at once.
+            if not arrays:
+                arrays_start = pos
+            arrays.append((key, cardinality))
+            pos += 2 * cardinality
+            continue
+        if arrays:
+            parts.append(_arrays(view, arrays_start, arrays))
+            arrays = []
         values, pos = _container(view, pos, cardinality, is_run)
         if values.size != cardinality:
             raise ValueError(f"roaring: container {key} holds {values.size}, says {cardinality}")
-        parts.append((np.uint32(key) << np.uint32(16)) | values.astype(np.uint32))
+        parts.append((np.uint32(key) << np.uint32(16)) | values)
+    if arrays:
+        parts.append(_arrays(view, arrays_start, arrays))
     if not parts:
         return np.empty(0, dtype=np.uint32), pos
     return np.concatenate(parts), pos
+
+
+def _arrays(view: memoryview, start: int, containers: list[tuple[int, int]]) -> npt.NDArray[np.uint32]:
+    keys, cardinalities = zip(*containers, strict=True)
+    low = np.frombuffer(view, dtype="<u2", count=sum(cardinalities), offset=start).astype(np.uint32)
+    high = np.repeat(np.array(keys, dtype=np.uint32), cardinalities) << np.uint32(16)
+    result: npt.NDArray[np.uint32] = high | low
+    return result
 
 
 def _container(
