@@ -217,7 +217,10 @@ def _targets(
                 f"{e.file.file_path}: position delete file that may apply to data files "
                 "getting a deletion vector; rewrite the position deletes first"
             )
-        previous[e.file.referenced_data_file or ""] = (m, e)
+        path = e.file.referenced_data_file or ""
+        if path in previous:
+            raise ValueError(f"{path}: more than one live deletion vector in the parent snapshot")
+        previous[path] = (m, e)
     return targets, previous
 
 
