@@ -1,0 +1,456 @@
+"""Commit data files, delete files and deletion vectors as ONE snapshot, with our own manifests
+and only public pyiceberg table updates and requirements.
+
+The commit is what Iceberg Java's ``RowDelta`` does for a CDC batch:
+
+* new data files go to a new DATA manifest (ADDED, sequence numbers inherited);
+* v3: each deletion vector (data file -> deleted positions) is merged with the data file's
+  live vector, if it has one, and the merged vectors are written to ONE new Puffin file, listed
+  in a new DELETES manifest (format PUFFIN, ``referenced_data_file``, ``content_offset``,
+  ``content_size_in_bytes``); the delete manifests that held the replaced vectors are rewritten
+  with those entries DELETED and the rest EXISTING, so a data file has one vector per snapshot
+  (Iceberg Java refuses two);
+* v2: position and equality delete files go to a new DELETES manifest; v3 takes equality
+  delete files, and deletion vectors instead of position delete files;
+* a vector may only name a data file that is live in the parent snapshot or added by this
+  commit: a vector for a file that is gone would be lost with it, silently bringing rows back;
+* the other manifests of the parent are listed as they are; v3 row lineage per
+  ``manifest_writer.write_manifest_list`` (snapshot ``first-row-id`` = the table's
+  ``next-row-id``; ``added-rows`` = the ids assigned);
+* the catalog commit carries ``AddSnapshotUpdate`` + ``SetSnapshotRefUpdate`` (+ optional
+  ``SetPropertiesUpdate``) under ``AssertTableUUID`` + ``AssertRefSnapshotId(parent)``: a moved
+  branch is a ``CommitConflictError``, never a silent rebase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, TableMetadataV3
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary, update_snapshot_summaries
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    SetPropertiesUpdate,
+    SetSnapshotRefUpdate,
+    TableRequirement,
+    TableUpdate,
+)
+
+from replicator.errors import CommitConflictError, CommitStateUnknownError
+from replicator.iceberg import puffin
+from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
+from replicator.iceberg.manifest_schema import (
+    ContentFile,
+    FileContent,
+    FileEntry,
+    FormatVersion,
+    ListedManifest,
+    ManifestContent,
+    Status,
+)
+from replicator.iceberg.manifest_writer import (
+    read_manifest,
+    read_manifest_list,
+    write_manifest,
+    write_manifest_list,
+)
+from replicator.iceberg.roaring import Positions, union
+from replicator.iceberg.row_delta import check_properties
+from replicator.iceberg.snapshot_summary import summary_properties
+from replicator.iceberg.v3_metadata import commit_v3
+
+__all__ = ["Committed", "commit_files", "live_deletion_vectors"]
+
+PUFFIN = "PUFFIN"
+
+
+@dataclass(frozen=True)
+class Committed:
+    table: Table  # the table at the new snapshot
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A data file a vector is written for: its description and partition spec."""
+
+    file: ContentFile
+    spec_id: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the commit writes, gathered and checked before anything is written."""
+
+    snapshot_id: int
+    head_id: int | None
+    data_files: Sequence[ContentFile]
+    delete_files: Sequence[ContentFile]
+    vectors: Mapping[str, Positions]
+    snapshot_properties: Mapping[str, str]
+    parent: list[ListedManifest]  # the parent snapshot's manifests
+    targets: dict[str, _Target]  # data file -> where the vector goes
+    previous: dict[str, tuple[ListedManifest, FileEntry]]  # data file -> its live vector
+
+
+def commit_files(
+    table: Table,
+    *,
+    data_files: Sequence[ContentFile] = (),
+    delete_files: Sequence[ContentFile] = (),
+    deletion_vectors: Mapping[str, Positions] | None = None,
+    snapshot_properties: Mapping[str, str] | None = None,
+    table_properties: Mapping[str, str] | None = None,
+    expected_parent_snapshot_id: int | None = None,
+    branch: str = MAIN_BRANCH,
+) -> Committed:
+    """Commit one snapshot on ``branch`` based on ``expected_parent_snapshot_id`` (the head the
+    caller's work is based on; ``None``: the branch has no snapshot yet).
+
+    ``deletion_vectors`` (v3 only) maps a data file path to the positions to delete in it.
+    ``CommitConflictError`` when the branch moved; ``ValueError`` on invalid input.
+    """
+    metadata = table.metadata
+    version = _version(metadata)
+    vectors = {p: v for p, v in (deletion_vectors or {}).items() if v.size}
+    _check_inputs(version, data_files, delete_files, vectors)
+    head = metadata.snapshot_by_name(branch)
+    head_id = head.snapshot_id if head is not None else None
+    if head_id != expected_parent_snapshot_id:
+        raise CommitConflictError(
+            f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
+            table=".".join(table.name()),
+        )
+    properties = dict(snapshot_properties or {})
+    check_properties(properties)
+    parent = read_manifest_list(table.io, head.manifest_list) if head is not None else []
+    targets, previous = _targets(table, parent, data_files, vectors)
+    snapshot_id = _new_snapshot_id(metadata)
+    plan = _Plan(snapshot_id, head_id, data_files, delete_files, vectors, properties, parent, targets, previous)
+    written: list[str] = []
+    try:
+        snapshot = _write_snapshot(table, plan, written)
+    except BaseException:
+        _discard(table, written)
+        raise
+    updates: tuple[TableUpdate, ...] = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate.model_validate(
+            {"ref-name": branch, "type": SnapshotRefType.BRANCH, "snapshot-id": snapshot_id}
+        ),
+    )
+    if table_properties:
+        updates = (*updates, SetPropertiesUpdate(updates=dict(table_properties)))
+    requirements: tuple[TableRequirement, ...] = (
+        AssertTableUUID(uuid=metadata.table_uuid),
+        AssertRefSnapshotId.model_validate({"ref": branch, "snapshot-id": head_id}),
+    )
+    return _commit(table, requirements, updates, snapshot, written)
+
+
+def _version(metadata: TableMetadata) -> FormatVersion:
+    version = metadata.format_version
+    if version not in (2, 3):
+        raise ValueError(f"format-version {version}: only 2 and 3 are written here")
+    return 2 if version == 2 else 3
+
+
+def _check_inputs(
+    version: FormatVersion,
+    data_files: Sequence[ContentFile],
+    delete_files: Sequence[ContentFile],
+    vectors: Mapping[str, Positions],
+) -> None:
+    for f in data_files:
+        if f.content != FileContent.DATA:
+            raise ValueError(f"{f.file_path}: data_files entry has content {f.content.name}")
+    for f in delete_files:
+        if f.content == FileContent.DATA:
+            raise ValueError(f"{f.file_path}: delete_files entry has content DATA")
+        if f.content == FileContent.EQUALITY_DELETES and not f.equality_ids:
+            raise ValueError(f"{f.file_path}: equality delete file without equality_ids")
+        if version >= 3 and f.content == FileContent.POSITION_DELETES:
+            raise ValueError(f"{f.file_path}: a v3 table takes deletion vectors, not position delete files")
+    if vectors and version < 3:
+        raise ValueError("deletion vectors need format-version 3")
+    paths = [f.file_path for f in (*data_files, *delete_files)]
+    if len(paths) != len(set(paths)):
+        raise ValueError("a file is listed more than once in one commit")
+
+
+def _targets(
+    table: Table,
+    parent: list[ListedManifest],
+    data_files: Sequence[ContentFile],
+    vectors: Mapping[str, Positions],
+) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]]]:
+    """The data files the vectors are for (live or added now, positions within them) and
+    their live vectors."""
+    metadata = table.metadata
+    targets = {f.file_path: _Target(f, metadata.default_spec_id) for f in data_files if f.file_path in vectors}
+    wanted = set(vectors) - set(targets)
+    live = _live_entries(table, parent, ManifestContent.DATA, lambda e: e.file.file_path in wanted) if wanted else []
+    for manifest, entry in live:
+        targets[entry.file.file_path] = _Target(entry.file, manifest.partition_spec_id)
+    missing = sorted(set(vectors) - set(targets))
+    if missing:
+        raise ValueError(f"deletion vectors for data files not live in the table: {missing[:5]}")
+    for path, values in vectors.items():
+        count = targets[path].file.record_count
+        if int(values[-1]) >= count:
+            raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
+    previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
+    for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
+        if e.file.file_format != PUFFIN:
+            # Readers apply only the vector where a data file has one: these positions would
+            # come back. Merging them into the vector is not done yet.
+            raise ValueError(
+                f"{e.file.file_path}: position delete file that may apply to data files "
+                "getting a deletion vector; rewrite the position deletes first"
+            )
+        path = e.file.referenced_data_file or ""
+        if path in previous:
+            raise ValueError(f"{path}: more than one live deletion vector in the parent snapshot")
+        previous[path] = (m, e)
+    return targets, previous
+
+
+def _may_apply(file: ContentFile, vectors: Mapping[str, Positions]) -> bool:
+    """Whether a position delete file or vector may delete rows of the vectors' data files."""
+    if file.content != FileContent.POSITION_DELETES:
+        return False
+    path = file.referenced_data_file
+    if path is None and file.lower_bounds and file.upper_bounds:
+        # One data file per delete file shows as equal bounds of its file_path column.
+        low = file.lower_bounds.get(POSITION_DELETE_FILE_PATH_ID)
+        if low is not None and low == file.upper_bounds.get(POSITION_DELETE_FILE_PATH_ID):
+            path = low.decode()
+    return path is None or path in vectors
+
+
+def _live_entries(
+    table: Table, manifests: list[ListedManifest], content: ManifestContent, keep: object
+) -> list[tuple[ListedManifest, FileEntry]]:
+    assert callable(keep)
+    metadata = table.metadata
+    found = []
+    for manifest in manifests:
+        if manifest.content != content or not manifest.has_live_files():
+            continue
+        spec = metadata.specs()[manifest.partition_spec_id]
+        for entry in read_manifest(table.io, manifest, spec, metadata.schema()):
+            if entry.status != Status.DELETED and keep(entry):
+                found.append((manifest, entry))
+    return found
+
+
+def live_deletion_vectors(table: Table, snapshot_id: int | None = None) -> dict[str, Positions]:
+    """Every live deletion vector of a snapshot (default: the current one), by data file path,
+    read through our manifest reader and Puffin reader (any writer's vectors)."""
+    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        return {}
+    manifests = read_manifest_list(table.io, snapshot.manifest_list)
+    entries = _live_entries(table, manifests, ManifestContent.DELETES, lambda e: e.file.file_format == PUFFIN)
+    result: dict[str, Positions] = {}
+    for _, entry in entries:
+        path = entry.file.referenced_data_file or ""
+        if path in result:
+            raise ValueError(f"{path}: more than one live deletion vector")
+        result[path] = _read_vector(table, entry.file)
+    return result
+
+
+def _read_vector(table: Table, file: ContentFile) -> Positions:
+    if file.content_offset is None or file.content_size_in_bytes is None:
+        raise ValueError(f"{file.file_path}: deletion vector entry without content_offset/size")
+    with table.io.new_input(file.file_path).open() as stream:
+        stream.seek(file.content_offset)
+        blob = stream.read(file.content_size_in_bytes)
+    values = puffin.read_blob(blob)
+    if values.size != file.record_count:
+        raise ValueError(f"{file.file_path}: vector holds {values.size}, record_count {file.record_count}")
+    return values
+
+
+def _write_manifests(
+    table: Table, plan: _Plan, written: list[str]
+) -> tuple[list[ListedManifest], dict[str, ContentFile]]:
+    """Write the Puffin file and the new and rewritten manifests; return the manifests to list
+    (new first, then the parent's other live ones) and the vectors' files by data file."""
+    metadata = table.metadata
+    new: list[ListedManifest] = []
+
+    def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
+        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(new)}.avro")
+        written.append(path)
+        new.append(
+            write_manifest(
+                table.io, path, version=_version(metadata), content=content,
+                spec=metadata.specs()[spec_id], schema=metadata.schema(),
+                snapshot_id=plan.snapshot_id, entries=entries,
+            )
+        )  # fmt: skip
+
+    if plan.data_files:
+        manifest(ManifestContent.DATA, metadata.default_spec_id, [FileEntry(Status.ADDED, f) for f in plan.data_files])
+    dv_files = _write_vectors(table, plan, written)
+    by_spec: dict[int, list[FileEntry]] = {}
+    for f in plan.delete_files:
+        by_spec.setdefault(metadata.default_spec_id, []).append(FileEntry(Status.ADDED, f))
+    for path, f in dv_files.items():
+        by_spec.setdefault(plan.targets[path].spec_id, []).append(FileEntry(Status.ADDED, f))
+    for spec_id, entries in sorted(by_spec.items()):
+        manifest(ManifestContent.DELETES, spec_id, entries)
+    rewritten = {m.manifest_path: m for m, _ in plan.previous.values()}
+    for listed in rewritten.values():
+        spec = metadata.specs()[listed.partition_spec_id]
+        entries = [
+            replace(e, status=Status.DELETED if _replaced(e, plan) else Status.EXISTING)
+            for e in read_manifest(table.io, listed, spec, metadata.schema())
+            if e.status != Status.DELETED
+        ]
+        manifest(ManifestContent.DELETES, listed.partition_spec_id, entries)
+    carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
+    return [*new, *carried], dv_files
+
+
+def _write_snapshot(table: Table, plan: _Plan, written: list[str]) -> Snapshot:
+    """Write the files of the commit and the manifest list; return the snapshot."""
+    metadata = table.metadata
+    version = _version(metadata)
+    snapshot_id, head_id = plan.snapshot_id, plan.head_id
+    manifests, dv_files = _write_manifests(table, plan, written)
+    sequence_number = _last_sequence_number(metadata) + 1
+    list_path = table.location_provider().new_metadata_location(f"snap-{snapshot_id}-1-{uuid.uuid4()}.avro")
+    written.append(list_path)
+    first_row_id = _next_row_id(metadata)
+    _, added_rows = write_manifest_list(
+        table.io, list_path, version=version, snapshot_id=snapshot_id, parent_snapshot_id=head_id,
+        sequence_number=sequence_number, first_row_id=first_row_id, manifests=manifests,
+    )  # fmt: skip
+    removed = [e.file for _, e in plan.previous.values()]
+    added = [*plan.data_files, *plan.delete_files, *dv_files.values()]
+    parent = metadata.snapshot_by_id(head_id) if head_id is not None else None
+    summary = update_snapshot_summaries(
+        summary=Summary(
+            operation=_operation(bool(plan.data_files), bool(plan.delete_files or dv_files)),
+            **summary_properties(added, removed),
+            **plan.snapshot_properties,
+        ),
+        previous_summary=parent.summary if parent is not None else None,
+    )
+    return Snapshot.model_validate(
+        {
+            "snapshot-id": snapshot_id,
+            "parent-snapshot-id": head_id,
+            "sequence-number": sequence_number,
+            "timestamp-ms": max(int(time.time() * 1000), metadata.last_updated_ms),
+            "manifest-list": list_path,
+            "summary": summary,
+            "schema-id": metadata.current_schema_id,
+            "first-row-id": first_row_id,
+            "added-rows": added_rows if version >= 3 else None,
+        }
+    )
+
+
+def _replaced(entry: FileEntry, plan: _Plan) -> bool:
+    """Whether ``entry`` is a live vector this commit replaces by a merged one."""
+    path = entry.file.referenced_data_file
+    previous = plan.previous.get(path) if path is not None else None
+    return previous is not None and previous[1] == entry
+
+
+def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, ContentFile]:
+    """One Puffin file with each target's vector merged with its previous one."""
+    if not plan.vectors:
+        return {}
+    merged = {}
+    for path, values in plan.vectors.items():
+        previous = plan.previous.get(path)
+        merged[path] = union(_read_vector(table, previous[1].file), values) if previous else values
+    data, created = puffin.write_deletion_vectors(merged)
+    location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.puffin")
+    written.append(location)
+    with table.io.new_output(location).create(overwrite=False) as stream:
+        stream.write(data)
+    return {
+        c.referenced_data_file: ContentFile(
+            content=FileContent.POSITION_DELETES,
+            file_path=location,
+            file_format=PUFFIN,
+            partition=plan.targets[c.referenced_data_file].file.partition,
+            record_count=c.cardinality,
+            file_size_in_bytes=len(data),
+            referenced_data_file=c.referenced_data_file,
+            content_offset=c.offset,
+            content_size_in_bytes=c.length,
+        )
+        for c in created
+    }
+
+
+def _operation(has_data: bool, has_deletes: bool) -> Operation:
+    if has_deletes and not has_data:
+        return Operation.DELETE
+    return Operation.OVERWRITE if has_deletes else Operation.APPEND
+
+
+def _last_sequence_number(metadata: TableMetadata) -> int:
+    if not isinstance(metadata, TableMetadataV2 | TableMetadataV3):
+        raise ValueError(f"format-version {metadata.format_version}: no sequence numbers")
+    return metadata.last_sequence_number
+
+
+def _next_row_id(metadata: TableMetadata) -> int | None:
+    """The snapshot's first-row-id: the table's next-row-id (v3; 0 when not yet set)."""
+    if not isinstance(metadata, TableMetadataV3):
+        return None
+    return metadata.next_row_id or 0
+
+
+def _new_snapshot_id(metadata: TableMetadata) -> int:
+    taken = {s.snapshot_id for s in metadata.snapshots}
+    while True:
+        candidate = uuid.uuid4().int & (2**63 - 1)
+        if candidate and candidate not in taken:
+            return candidate
+
+
+def _commit(
+    table: Table,
+    requirements: tuple[TableRequirement, ...],
+    updates: tuple[TableUpdate, ...],
+    snapshot: Snapshot,
+    written: list[str],
+) -> Committed:
+    name = ".".join(table.name())
+    try:
+        if table.metadata.format_version >= 3:
+            metadata, location = commit_v3(table, requirements, updates)
+        else:
+            response = table.catalog.commit_table(table, requirements, updates)
+            metadata, location = response.metadata, response.metadata_location
+    except CommitFailedException as exc:
+        _discard(table, written)  # the catalog certainly did not take them
+        raise CommitConflictError(f"catalog rejected the commit: {exc}", table=name) from exc
+    except CommitStateUnknownException as exc:
+        raise CommitStateUnknownError(f"the catalog's answer to the commit was lost: {exc}", table=name) from exc
+    committed = Table(table.name(), metadata, location, table.io, table.catalog)
+    return Committed(committed, snapshot)
+
+
+def _discard(table: Table, paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
+            table.io.delete(path)
