@@ -7,23 +7,39 @@ write speed 2-3x). Memory held: at most one row group per open data file.
 Files are opened through pyiceberg's FileIO built from ``WriterSpec.io_properties`` (the
 table's ``s3.*`` and similar properties), so the same code writes to a local warehouse and to
 S3-compatible object storage (spark/object_storage.py).
+
+Partitioned tables (``WriterSpec.partition``): a fan-out writer. The mapper still numbers
+rows per logical file in event order; each row goes to the open file of its partition, and
+the writer remembers, per logical file, where each row landed (physical file, position: 12
+bytes a row), so the mapper's position deletes are turned into positions in the physical
+files and written as one position-delete file per partition (a position delete must be in
+the partition of the data file it names). At most ``max_open_files`` files are open; the
+least recently used one is closed to open another (a later row of its partition starts a
+new file), and a partition's file rolls once it has ``target_file_bytes``.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark.object_storage import open_output
+from spark.partitioning import PartitionKey, PartitionPlan, encode_partition
 
 CONTENT_DATA = 0
 CONTENT_POSITION_DELETES = 1
 CONTENT_EQUALITY_DELETES = 2
 
 ROW_GROUP_ROWS = 131_072
+# Partitioned tables: data files open at once per table (each buffers up to a row group).
+MAX_OPEN_FILES = 32
+# ... and rows buffered over all of them before the largest buffer is flushed early.
+PENDING_ROWS_MAX = 4 * ROW_GROUP_ROWS
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,10 @@ class WriterSpec:
     equality_schema: pa.Schema
     position_schema: pa.Schema
     compression: str = "zstd"
+    # The spec data files are written with; None or no fields: one file per mapper file.
+    partition: PartitionPlan | None = None
+    target_file_bytes: int = 0  # partitioned: a partition's file rolls past this (0: never)
+    max_open_files: int = MAX_OPEN_FILES
     # FileIO properties (s3.endpoint, keys, ...): secrets, so kept out of repr and logs.
     io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -46,6 +66,7 @@ class WrittenFile:
     path: str
     records: int
     size: int
+    partition: PartitionKey = ()  # the file's partition tuple in the writer's spec
 
 
 @dataclass
@@ -53,6 +74,8 @@ class _Open:
     writer: pq.ParquetWriter
     stream: pa.NativeFile
     path: str
+    partition: PartitionKey = ()
+    file_id: int = 0
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
     records: int = 0
@@ -64,16 +87,27 @@ class TableFileWriter:
         self._data: dict[int, _Open] = {}
         self._eq: _Open | None = None
         self.written: list[WrittenFile] = []
+        plan = spec.partition
+        self._fan_out = plan is not None and not plan.unpartitioned
+        # Fan-out state: open files by partition (least recently used first), every physical
+        # file's partition, and per logical file where each of its rows went.
+        self._open_parts: OrderedDict[PartitionKey, _Open] = OrderedDict()
+        self._physical: list[PartitionKey] = []
+        self._landed: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._pending_total = 0
 
     def data_path(self, file_index: int) -> str:
         return f"{self.spec.data_location}/{self.spec.batch_id}-data-{file_index:05d}.parquet"
 
-    def _open(self, uri: str, schema: pa.Schema) -> _Open:
+    def _open(self, uri: str, schema: pa.Schema, partition: PartitionKey = ()) -> _Open:
         stream = open_output(uri, self.spec.io_properties)
         writer = pq.ParquetWriter(stream, schema, compression=self.spec.compression)
-        return _Open(writer=writer, stream=stream, path=uri)
+        return _Open(writer=writer, stream=stream, path=uri, partition=partition)
 
     def write_data(self, file_index: int, rows: pa.Table) -> None:
+        if self._fan_out:
+            self._write_fanned(file_index, rows)
+            return
         handle = self._data.get(file_index)
         if handle is None:
             # The mapper rolls files in order: a new index means earlier ones are complete.
@@ -82,10 +116,53 @@ class TableFileWriter:
             handle = self._data[file_index] = self._open(self.data_path(file_index), self.spec.data_schema)
         self._append(handle, _conform(rows, self.spec.data_schema))
 
+    def _write_fanned(self, file_index: int, rows: pa.Table) -> None:
+        """Rows of logical file ``file_index`` (its next rows, in order) to their partitions."""
+        assert self.spec.partition is not None
+        n = rows.num_rows
+        codes, keys = self.spec.partition.split(rows)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+        file_ids = np.empty(n, dtype=np.int32)
+        positions = np.empty(n, dtype=np.int64)
+        conformed = _conform(rows, self.spec.data_schema)
+        for code, key in enumerate(keys):
+            picked = order[bounds[code] : bounds[code + 1]]
+            if not len(picked):
+                continue
+            handle = self._partition_file(key)
+            file_ids[picked] = handle.file_id
+            positions[picked] = np.arange(handle.records, handle.records + len(picked))
+            self._append(handle, conformed.take(pa.array(picked)))
+            if self._pending_total > PENDING_ROWS_MAX:
+                self._flush(max(self._open_parts.values(), key=lambda h: h.pending_rows))
+            target = self.spec.target_file_bytes
+            if target and handle.pending_rows == 0 and handle.stream.tell() >= target:
+                self._close(self._open_parts.pop(key), CONTENT_DATA)
+        self._landed.setdefault(file_index, []).append((file_ids, positions))
+
+    def _partition_file(self, key: PartitionKey) -> _Open:
+        handle = self._open_parts.get(key)
+        if handle is not None:
+            self._open_parts.move_to_end(key)
+            return handle
+        if len(self._open_parts) >= max(1, self.spec.max_open_files):
+            _key, oldest = self._open_parts.popitem(last=False)
+            self._close(oldest, CONTENT_DATA)
+        file_id = len(self._physical)
+        self._physical.append(key)
+        handle = self._open(self.data_path(file_id), self.spec.data_schema, key)
+        handle.file_id = file_id
+        self._open_parts[key] = handle
+        return handle
+
     def write_equality_deletes(self, keys: pa.Table) -> None:
         if keys.num_rows == 0:
             return
         if self._eq is None:
+            # Always unpartitioned: the driver files it under the table's unpartitioned spec,
+            # whose equality deletes apply to every partition (a moved row's old copy
+            # may be in any of them).
             uri = f"{self.spec.data_location}/{self.spec.batch_id}-eqdel-00000.parquet"
             self._eq = self._open(uri, self.spec.equality_schema)
         self._append(self._eq, _conform(keys, self.spec.equality_schema))
@@ -95,18 +172,48 @@ class TableFileWriter:
         order, which zero-padded data file names preserve."""
         if deletes.num_rows == 0:
             return
+        if self._fan_out:
+            self._write_fanned_position_deletes(deletes)
+            return
         indexes = deletes.column("file_index").to_pylist()
         paths = pa.array([self.data_path(i) for i in range(max(indexes) + 1)], type=pa.string())
         file_path = paths.take(deletes.column("file_index"))
         table = pa.Table.from_arrays([file_path, deletes.column("pos").cast(pa.int64())], names=["file_path", "pos"])
         self.write_position_delete_file(0, table)
 
-    def write_position_delete_file(self, file_index: int, deletes: pa.Table) -> None:
-        """One position-delete file from ``deletes`` = (file_path, pos), already sorted by both."""
+    def _write_fanned_position_deletes(self, deletes: pa.Table) -> None:
+        """The mapper's (logical file, position) as (physical file, position), one
+        position-delete file per partition of the files they name."""
+        logical = deletes.column("file_index").to_numpy()
+        pos = deletes.column("pos").to_numpy().astype(np.int64)
+        file_ids = np.empty(len(pos), dtype=np.int64)
+        positions = np.empty(len(pos), dtype=np.int64)
+        for index in np.unique(logical):
+            chunks = self._landed.get(int(index), [])
+            ids = np.concatenate([c[0] for c in chunks])
+            where = np.concatenate([c[1] for c in chunks])
+            sel = np.nonzero(logical == index)[0]
+            file_ids[sel] = ids[pos[sel]]
+            positions[sel] = where[pos[sel]]
+        # Physical file names sort by id (zero-padded): (id, pos) order is (file_path, pos).
+        order = np.lexsort((positions, file_ids))
+        file_ids, positions = file_ids[order], positions[order]
+        by_partition: dict[PartitionKey, list[np.ndarray]] = {}
+        for file_id in np.unique(file_ids):
+            by_partition.setdefault(self._physical[int(file_id)], []).append(np.nonzero(file_ids == file_id)[0])
+        for number, (key, parts) in enumerate(by_partition.items()):
+            sel = np.concatenate(parts)
+            paths = pa.array([self.data_path(int(i)) for i in file_ids[sel]], type=pa.string())
+            table = pa.Table.from_arrays([paths, pa.array(positions[sel])], names=["file_path", "pos"])
+            self.write_position_delete_file(number, table, key)
+
+    def write_position_delete_file(self, file_index: int, deletes: pa.Table, partition: PartitionKey = ()) -> None:
+        """One position-delete file from ``deletes`` = (file_path, pos), already sorted by both,
+        naming data files of ``partition`` only."""
         if deletes.num_rows == 0:
             return
         uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-{file_index:05d}.parquet"
-        handle = self._open(uri, self.spec.position_schema)
+        handle = self._open(uri, self.spec.position_schema, partition)
         self._append(handle, _conform(deletes, self.spec.position_schema))
         self._close(handle, CONTENT_POSITION_DELETES)
 
@@ -114,12 +221,14 @@ class TableFileWriter:
         handle.pending.append(rows)
         handle.pending_rows += rows.num_rows
         handle.records += rows.num_rows
+        self._pending_total += rows.num_rows
         if handle.pending_rows >= ROW_GROUP_ROWS:
             self._flush(handle)
 
     def _flush(self, handle: _Open) -> None:
         if handle.pending_rows:
             handle.writer.write_table(pa.concat_tables(handle.pending), row_group_size=max(handle.pending_rows, 1))
+        self._pending_total -= handle.pending_rows
         handle.pending = []
         handle.pending_rows = 0
 
@@ -128,18 +237,24 @@ class TableFileWriter:
         handle.writer.close()  # the footer; the stream stays open (we passed it in)
         size = handle.stream.tell()
         handle.stream.close()  # on S3: completes the upload
-        self.written.append(WrittenFile(content=content, path=handle.path, records=handle.records, size=size))
+        self.written.append(
+            WrittenFile(content=content, path=handle.path, records=handle.records, size=size,
+                        partition=handle.partition)
+        )  # fmt: skip
 
     def close(self) -> list[WrittenFile]:
         for idx in sorted(self._data):
             self._close(self._data.pop(idx), CONTENT_DATA)
+        while self._open_parts:
+            self._close(self._open_parts.popitem(last=False)[1], CONTENT_DATA)
         if self._eq is not None:
             self._close(self._eq, CONTENT_EQUALITY_DELETES)
             self._eq = None
+        self._landed.clear()
         return self.written
 
 
-WRITTEN_FILE_DDL = "content int, path string, records long, size long"
+WRITTEN_FILE_DDL = "content int, path string, records long, size long, partition string"
 
 
 def write_position_delete_partition(
@@ -160,9 +275,11 @@ def write_position_delete_partition(
     writer.write_position_delete_file(index, rows)
     for f in writer.close():
         yield pa.RecordBatch.from_pylist(
-            [{"content": f.content, "path": f.path, "records": f.records, "size": f.size}],
+            [{"content": f.content, "path": f.path, "records": f.records, "size": f.size,
+              "partition": encode_partition(f.partition)}],
             schema=pa.schema(
-                [("content", pa.int32()), ("path", pa.string()), ("records", pa.int64()), ("size", pa.int64())]
+                [("content", pa.int32()), ("path", pa.string()), ("records", pa.int64()), ("size", pa.int64()),
+                 ("partition", pa.string())]
             ),
         )
 
