@@ -1,0 +1,90 @@
+"""The fan-out writer (issue 24): one data file per partition (a bounded number open at once),
+the mapper's position deletes translated to (physical file, position) and written per
+partition of the files they name."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
+from pyiceberg.types import IntegerType, LongType, TimestamptzType
+
+from spark.file_writer import CONTENT_DATA, CONTENT_POSITION_DELETES, TableFileWriter, WriterSpec
+from spark.partitioning import PartitionColumn, PartitionPlan, decode_partition, encode_partition
+
+SCHEMA = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC"))])
+PLAN = PartitionPlan(
+    spec_id=1,
+    columns=(
+        PartitionColumn("id", LongType(), BucketTransform(3), "id_bucket"),
+        PartitionColumn("n", IntegerType(), IdentityTransform(), "n"),
+    ),
+)
+
+
+def rows(ids: list[int], rng: random.Random) -> pa.Table:
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return pa.Table.from_pydict(
+        {"id": ids, "n": [rng.randint(0, 2) for _ in ids],
+         "at": [epoch + dt.timedelta(days=rng.randint(-3, 3)) for _ in ids]},
+        schema=SCHEMA,
+    )  # fmt: skip
+
+
+def partition_of(row: dict[str, object]) -> tuple[object, ...]:
+    return (BucketTransform(3).transform(LongType())(row["id"]), row["n"])
+
+
+@pytest.mark.parametrize("max_open", [1, 2, 32])
+def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(tmp_path: Path, max_open: int) -> None:
+    rng = random.Random(max_open)
+    spec = WriterSpec(
+        data_location=tmp_path.as_uri(), batch_id="b", data_schema=SCHEMA,
+        equality_schema=pa.schema([("id", pa.int64())]),
+        position_schema=pa.schema([("file_path", pa.string()), ("pos", pa.int64())]),
+        partition=PLAN, max_open_files=max_open,
+    )  # fmt: skip
+    writer = TableFileWriter(spec)
+    logical: dict[int, list[dict[str, object]]] = {0: [], 1: []}
+    for file_index, start in [(0, 0), (0, 40), (1, 100), (1, 130)]:
+        chunk = rows(list(range(start, start + 30)), rng)
+        writer.write_data(file_index, chunk)
+        logical[file_index].extend(chunk.to_pylist())
+        assert len(writer._open_parts) <= max_open
+    deleted = sorted((f, p) for f in (0, 1) for p in rng.sample(range(len(logical[f])), 12))
+    writer.write_position_deletes(pa.table({"file_index": pa.array([f for f, _ in deleted], pa.int32()),
+                                            "pos": pa.array([p for _, p in deleted], pa.int64())}))  # fmt: skip
+    written = writer.close()
+
+    data = [w for w in written if w.content == CONTENT_DATA]
+    by_path = {w.path: pq.read_table(w.path.removeprefix("file://")).to_pylist() for w in data}
+    assert sum(len(v) for v in by_path.values()) == 120
+    for w in data:
+        assert {partition_of(r) for r in by_path[w.path]} == {w.partition}, w.path
+    if max_open == 32:
+        assert len(data) == len({w.partition for w in data})  # one file per partition
+    named = []
+    for w in (w for w in written if w.content == CONTENT_POSITION_DELETES):
+        table = pq.read_table(w.path.removeprefix("file://")).to_pylist()
+        pairs = [(d["file_path"], d["pos"]) for d in table]
+        assert pairs == sorted(pairs)  # the spec's (file_path, pos) order
+        homes = {next(x for x in data if x.path == p).partition for p, _ in pairs}
+        assert homes == {w.partition}  # in the partition of the data files it names
+        named += [by_path[p][pos] for p, pos in pairs]
+    expected = [logical[f][p] for f, p in deleted]
+    assert sorted(named, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+
+
+def test_day_transform_and_transport_round_trip() -> None:
+    plan = PartitionPlan(1, (PartitionColumn("at", TimestamptzType(), DayTransform(), "at_day"),))
+    at = [dt.datetime(1969, 12, 31, 23, 59, tzinfo=dt.UTC), dt.datetime(1970, 1, 2, 1, tzinfo=dt.UTC), None]
+    table = pa.table({"at": pa.array(at, pa.timestamp("us", tz="UTC"))})
+    codes, keys = plan.split(table)
+    assert [keys[c] for c in codes] == [(-1,), (1,), (None,)]  # floor towards the past
+    for key in [(-1,), (None,), ("x", 3)]:
+        assert decode_partition(encode_partition(key)) == key
