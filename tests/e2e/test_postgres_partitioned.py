@@ -141,3 +141,74 @@ def test_spark_ddl_partitioned_table_takes_partition_moves(tmp_path: Path, pg_db
 
 def normalize_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: normalize(v) for k, v in row.items()}
+
+
+def spark_alter(spark: Any, warehouse: Path, current: str, statement: str) -> str:
+    """Run Spark DDL on the table as the engine's catalog has it now: its current metadata
+    becomes the Hadoop catalog's newest version, Spark commits the next one. The engine's
+    catalog row is then pointed at it (what a shared catalog would do); the new location."""
+    meta = warehouse / "cdc" / "orders" / "metadata"
+    version = max(int(p.name[1:].split(".")[0]) for p in meta.glob("v*.metadata.json")) + 1
+    (meta / f"v{version}.metadata.json").write_bytes(Path(current.removeprefix("file://")).read_bytes())
+    (meta / "version-hint.text").write_text(str(version))
+    name = f"alter{uuid.uuid4().hex[:8]}"
+    configure_iceberg_catalog(spark, name, {"type": "hadoop", "warehouse": warehouse.as_uri(), "cache-enabled": "false"})
+    spark.sql(statement.format(table=f"{name}.cdc.orders"))
+    return (meta / f"v{version + 1}.metadata.json").as_uri()
+
+
+def test_spec_evolved_by_spark_on_a_live_table(tmp_path: Path, pg_db: str, spark: Any) -> None:
+    import sqlite3
+
+    sql(
+        pg_db,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, created timestamptz NOT NULL, amount numeric(10,2), note text)",
+        "INSERT INTO orders SELECT g, timestamptz '2026-01-01 00:00:00+00' + (g % 5) * interval '1 day',"
+        " g, 'n' || (g % 3) FROM generate_series(1, 600) g",
+    )
+    cfg_path = write_config(tmp_path / "run", pg_db, max_events=2000, tables=["public.orders"])
+    cfg = load(cfg_path)
+    catalog = open_catalog(cfg.iceberg)
+    catalog.create_namespace_if_not_exists("cdc")
+    warehouse = tmp_path / "spark-wh"
+    catalog.register_table("cdc.orders", spark_ddl(spark, warehouse))
+    Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
+    sql(pg_db, "UPDATE orders SET created = created + interval '2 days' WHERE id % 10 = 0")
+    Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
+
+    old = catalog.load_table("cdc.orders")
+    new_location = spark_alter(spark, warehouse, old.metadata_location,
+                               "ALTER TABLE {table} ADD PARTITION FIELD truncate(1, note)")  # fmt: skip
+    db = str(cfg.iceberg.catalog_uri).removeprefix("sqlite:///")
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? "
+            "WHERE table_namespace = 'cdc' AND table_name = 'orders'",
+            (new_location, old.metadata_location),
+        )
+    evolved = catalog.load_table("cdc.orders")
+    assert evolved.metadata.default_spec_id != old.metadata.default_spec_id
+
+    # Moves across specs: rows in old-spec files updated, deleted, re-keyed; new rows.
+    sql(
+        pg_db,
+        "UPDATE orders SET created = created - interval '1 day', note = 'x' WHERE id % 7 = 0",
+        "DELETE FROM orders WHERE id % 11 = 0",
+        "UPDATE orders SET id = id + 10000 WHERE id % 13 = 0",
+        "INSERT INTO orders SELECT g, timestamptz '2026-02-01 00:00:00+00', 1, 'new' FROM generate_series(700, 760) g",
+    )
+    summary = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
+    assert summary.dead_letters == 0 and not summary.stopped, summary.stopped
+    [table] = source_tables(pg_db)
+    expected = source_rows(pg_db, table)
+    t = catalog.load_table("cdc.orders")
+    specs = {f["spec_id"] for f in spark.read.format("iceberg").load(t.metadata_location + "#files").collect()}
+    assert {old.metadata.default_spec_id, evolved.metadata.default_spec_id} <= specs
+    for judge in (spark_rows, duckdb_rows):
+        assert judge(t.metadata_location, order_by=["id"]) == expected, judge.__name__
+    list(Maintainer(MaintenanceConfig.model_validate(EAGER), spark=lambda: spark).run_all(t))
+    t = catalog.load_table("cdc.orders")
+    assert table_health(t).equality_delete_files == 0
+    assert spark_rows(t.metadata_location, order_by=["id"]) == expected
+    got = sorted((normalize_row(r) for r in t.scan().to_arrow().to_pylist()), key=lambda r: r["id"])
+    assert got == expected
