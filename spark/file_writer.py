@@ -13,9 +13,12 @@ rows per logical file in event order; each row goes to the open file of its part
 the writer remembers, per logical file, where each row landed (physical file, position: 12
 bytes a row), so the mapper's position deletes are turned into positions in the physical
 files and written as one position-delete file per partition (a position delete must be in
-the partition of the data file it names). At most ``max_open_files`` files are open; the
-least recently used one is closed to open another (a later row of its partition starts a
-new file), and a partition's file rolls once it has ``target_file_bytes``.
+the partition of the data file it names). Rows are buffered per partition and a file is
+opened at its first flush (a row group, or the end): a batch touching many partitions
+writes one file per partition. Bounds: ``PENDING_ROWS_MAX`` rows buffered in all (past
+it, the largest buffer is flushed), at most ``max_open_files`` files open (the least
+recently used one is closed to open another; a later row of its partition starts a new
+file), and a partition's file rolls once it has ``target_file_bytes``.
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ class WrittenFile:
 
 @dataclass
 class _Open:
-    writer: pq.ParquetWriter
-    stream: pa.NativeFile
+    writer: pq.ParquetWriter | None  # None: a fan-out file not opened yet (rows buffered)
+    stream: pa.NativeFile | None
     path: str
     partition: PartitionKey = ()
     file_id: int = 0
@@ -89,9 +92,11 @@ class TableFileWriter:
         self.written: list[WrittenFile] = []
         plan = spec.partition
         self._fan_out = plan is not None and not plan.unpartitioned
-        # Fan-out state: open files by partition (least recently used first), every physical
-        # file's partition, and per logical file where each of its rows went.
-        self._open_parts: OrderedDict[PartitionKey, _Open] = OrderedDict()
+        # Fan-out state: the current file of each partition (opened on its first flush),
+        # the open ones (least recently used first), every physical file's partition, and
+        # per logical file where each of its rows went.
+        self._parts: dict[PartitionKey, _Open] = {}
+        self._opened: OrderedDict[PartitionKey, _Open] = OrderedDict()
         self._physical: list[PartitionKey] = []
         self._landed: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._pending_total = 0
@@ -130,31 +135,37 @@ class TableFileWriter:
             picked = order[bounds[code] : bounds[code + 1]]
             if not len(picked):
                 continue
-            handle = self._partition_file(key)
+            handle = self._parts.get(key)
+            if handle is None:
+                file_id = len(self._physical)
+                self._physical.append(key)
+                handle = self._parts[key] = _Open(None, None, self.data_path(file_id), key, file_id)
             file_ids[picked] = handle.file_id
             positions[picked] = np.arange(handle.records, handle.records + len(picked))
             self._append(handle, conformed.take(pa.array(picked)))
-            if self._pending_total > PENDING_ROWS_MAX:
-                self._flush(max(self._open_parts.values(), key=lambda h: h.pending_rows))
             target = self.spec.target_file_bytes
-            if target and handle.pending_rows == 0 and handle.stream.tell() >= target:
-                self._close(self._open_parts.pop(key), CONTENT_DATA)
+            if target and handle.stream is not None and handle.pending_rows == 0 and handle.stream.tell() >= target:
+                self._close_part(handle)
+        # Bounded memory: past the limit, the largest buffers go to their files.
+        while self._pending_total > PENDING_ROWS_MAX:
+            self._flush(max(self._parts.values(), key=lambda h: h.pending_rows))
         self._landed.setdefault(file_index, []).append((file_ids, positions))
 
-    def _partition_file(self, key: PartitionKey) -> _Open:
-        handle = self._open_parts.get(key)
-        if handle is not None:
-            self._open_parts.move_to_end(key)
-            return handle
-        if len(self._open_parts) >= max(1, self.spec.max_open_files):
-            _key, oldest = self._open_parts.popitem(last=False)
-            self._close(oldest, CONTENT_DATA)
-        file_id = len(self._physical)
-        self._physical.append(key)
-        handle = self._open(self.data_path(file_id), self.spec.data_schema, key)
-        handle.file_id = file_id
-        self._open_parts[key] = handle
-        return handle
+    def _open_part(self, handle: _Open) -> None:
+        """Open a fan-out file, closing the least recently opened one past the bound (a
+        later row of that partition starts a new file)."""
+        while len(self._opened) >= max(1, self.spec.max_open_files):
+            self._close_part(next(iter(self._opened.values())))
+        opened = self._open(handle.path, self.spec.data_schema, handle.partition)
+        handle.writer, handle.stream = opened.writer, opened.stream
+        self._opened[handle.partition] = handle
+
+    def _close_part(self, handle: _Open) -> None:
+        if handle.writer is None:
+            self._open_part(handle)  # first, while it is still listed (may close another)
+        self._opened.pop(handle.partition, None)
+        self._parts.pop(handle.partition, None)
+        self._close(handle, CONTENT_DATA)
 
     def write_equality_deletes(self, keys: pa.Table) -> None:
         if keys.num_rows == 0:
@@ -226,7 +237,12 @@ class TableFileWriter:
             self._flush(handle)
 
     def _flush(self, handle: _Open) -> None:
+        if handle.pending_rows and handle.writer is None:
+            self._open_part(handle)
+        elif handle.partition in self._opened:
+            self._opened.move_to_end(handle.partition)
         if handle.pending_rows:
+            assert handle.writer is not None
             handle.writer.write_table(pa.concat_tables(handle.pending), row_group_size=max(handle.pending_rows, 1))
         self._pending_total -= handle.pending_rows
         handle.pending = []
@@ -234,6 +250,7 @@ class TableFileWriter:
 
     def _close(self, handle: _Open, content: int) -> None:
         self._flush(handle)
+        assert handle.writer is not None and handle.stream is not None
         handle.writer.close()  # the footer; the stream stays open (we passed it in)
         size = handle.stream.tell()
         handle.stream.close()  # on S3: completes the upload
@@ -245,8 +262,8 @@ class TableFileWriter:
     def close(self) -> list[WrittenFile]:
         for idx in sorted(self._data):
             self._close(self._data.pop(idx), CONTENT_DATA)
-        while self._open_parts:
-            self._close(self._open_parts.popitem(last=False)[1], CONTENT_DATA)
+        while self._parts:  # closing one may open another's file and close a third: re-read
+            self._close_part(min(self._parts.values(), key=lambda h: h.file_id))
         if self._eq is not None:
             self._close(self._eq, CONTENT_EQUALITY_DELETES)
             self._eq = None

@@ -11,8 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
-from pyiceberg.types import IntegerType, LongType, TimestamptzType
+from pyiceberg.types import DateType, IntegerType, LongType, TimestampType, TimestamptzType
 
 from spark.file_writer import CONTENT_DATA, CONTENT_POSITION_DELETES, TableFileWriter, WriterSpec
 from spark.partitioning import PartitionColumn, PartitionPlan, decode_partition, encode_partition
@@ -40,8 +42,13 @@ def partition_of(row: dict[str, object]) -> tuple[object, ...]:
     return (BucketTransform(3).transform(LongType())(row["id"]), row["n"])
 
 
-@pytest.mark.parametrize("max_open", [1, 2, 32])
-def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(tmp_path: Path, max_open: int) -> None:
+@pytest.mark.parametrize(("max_open", "pending_max"), [(1, 10), (2, 25), (32, 10_000)])
+def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_open: int, pending_max: int
+) -> None:
+    import spark.file_writer
+
+    monkeypatch.setattr(spark.file_writer, "PENDING_ROWS_MAX", pending_max)  # early flushes
     rng = random.Random(max_open)
     spec = WriterSpec(
         data_location=tmp_path.as_uri(), batch_id="b", data_schema=SCHEMA,
@@ -55,7 +62,8 @@ def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(tmp_path: Path
         chunk = rows(list(range(start, start + 30)), rng)
         writer.write_data(file_index, chunk)
         logical[file_index].extend(chunk.to_pylist())
-        assert len(writer._open_parts) <= max_open
+        assert len(writer._opened) <= max_open
+        assert writer._pending_total <= pending_max
     deleted = sorted((f, p) for f in (0, 1) for p in rng.sample(range(len(logical[f])), 12))
     writer.write_position_deletes(pa.table({"file_index": pa.array([f for f, _ in deleted], pa.int32()),
                                             "pos": pa.array([p for _, p in deleted], pa.int64())}))  # fmt: skip
@@ -68,6 +76,8 @@ def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(tmp_path: Path
         assert {partition_of(r) for r in by_path[w.path]} == {w.partition}, w.path
     if max_open == 32:
         assert len(data) == len({w.partition for w in data})  # one file per partition
+    else:
+        assert len(data) > len({w.partition for w in data})  # evictions started new files
     named = []
     for w in (w for w in written if w.content == CONTENT_POSITION_DELETES):
         table = pq.read_table(w.path.removeprefix("file://")).to_pylist()
@@ -88,3 +98,35 @@ def test_day_transform_and_transport_round_trip() -> None:
     assert [keys[c] for c in codes] == [(-1,), (1,), (None,)]  # floor towards the past
     for key in [(-1,), (None,), ("x", 3)]:
         assert decode_partition(encode_partition(key)) == key
+
+
+_SOURCES = {
+    "int": (IntegerType(), pa.int32(), st.integers(-(2**31), 2**31 - 1)),
+    "long": (LongType(), pa.int64(), st.integers(-(2**63), 2**63 - 1)),
+    "date": (DateType(), pa.date32(), st.dates()),
+    "ts": (TimestampType(), pa.timestamp("us"), st.datetimes()),
+    "tstz": (TimestamptzType(), pa.timestamp("us", tz="UTC"), st.datetimes(timezones=st.just(dt.UTC))),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@example(source="long", transform="truncate[10]", data=None).via("a long past int32")
+@given(
+    source=st.sampled_from(sorted(_SOURCES)),
+    transform=st.sampled_from(["bucket[16]", "bucket[7]", "truncate[10]", "year", "month", "day", "hour"]),
+    data=st.data(),
+)
+def test_vectorized_transforms_equal_pyiceberg(source: str, transform: str, data: st.DataObject | None) -> None:
+    from pyiceberg.partitioning import _to_partition_representation
+    from pyiceberg.transforms import parse_transform
+
+    iceberg_type, arrow_type, values = _SOURCES[source]
+    t = parse_transform(transform)
+    if not t.can_transform(iceberg_type):
+        return
+    raw = [2**40 + 5, -3, None] if data is None else data.draw(st.lists(st.one_of(st.none(), values), max_size=20))
+    plan = PartitionPlan(1, (PartitionColumn("c", iceberg_type, t, "p"),))
+    codes, keys = plan.split(pa.table({"c": pa.array(raw, arrow_type)}))
+    scalar = t.transform(iceberg_type)
+    expected = [scalar(_to_partition_representation(iceberg_type, v)) if v is not None else None for v in raw]
+    assert [keys[c][0] for c in codes] == expected
