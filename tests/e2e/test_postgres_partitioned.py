@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
@@ -106,6 +107,9 @@ def test_spark_ddl_partitioned_table_takes_partition_moves(tmp_path: Path, pg_db
         " + g * interval '1 second', g / 7.0, 'n' || g FROM generate_series(1, 5000) g",
     )
     cfg_path = write_config(tmp_path / "run", pg_db, max_events=2000, tables=["public.orders"])
+    # Every batch through a Spark job (the partition plan and the files' partition tuples
+    # travel to and from the tasks), none in the driver.
+    cfg_path.write_text(yaml.safe_dump({**yaml.safe_load(cfg_path.read_text()), "spark": {"driver_max_rows": 0}}))
     cfg = load(cfg_path)
     catalog = open_catalog(cfg.iceberg)
     catalog.create_namespace_if_not_exists("cdc")
