@@ -24,7 +24,7 @@ file), and a partition's file rolls once it has ``target_file_bytes``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -217,6 +217,24 @@ class TableFileWriter:
             paths = pa.array([self.data_path(int(i)) for i in file_ids[sel]], type=pa.string())
             table = pa.Table.from_arrays([paths, pa.array(positions[sel])], names=["file_path", "pos"])
             self.write_position_delete_file(number, table, key)
+
+    def write_position_deletes_by_home(
+        self, deletes: pa.Table, homes: Mapping[str, tuple[int, PartitionKey]]
+    ) -> list[tuple[int, WrittenFile]]:
+        """Position deletes against files of earlier commits: ``deletes`` = (file_path, pos),
+        sorted by both; ``homes`` maps each named data file to its (spec id, partition
+        tuple). One position-delete file per home (a position delete must be in the
+        partition, and spec, of the data file it names); returns (spec id, file) of each."""
+        if deletes.num_rows == 0:
+            return []
+        groups: dict[tuple[int, PartitionKey], list[int]] = {}
+        for i, path in enumerate(deletes.column("file_path").to_pylist()):
+            groups.setdefault(homes[path], []).append(i)
+        out: list[tuple[int, WrittenFile]] = []
+        for number, ((spec_id, key), rows) in enumerate(groups.items()):  # in path order
+            self.write_position_delete_file(number, deletes.take(pa.array(rows)), key)
+            out.append((spec_id, self.written[-1]))
+        return out
 
     def write_position_delete_file(self, file_index: int, deletes: pa.Table, partition: PartitionKey = ()) -> None:
         """One position-delete file from ``deletes`` = (file_path, pos), already sorted by both,

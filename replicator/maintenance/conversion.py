@@ -318,23 +318,10 @@ def _write_local(
 ) -> list[_Written]:
     """One position-delete file of ``positions`` (sorted) per (spec, partition) of the data
     files they name, or none when there are none."""
-    if positions.num_rows == 0:
-        return []
     writer = TableFileWriter(spec)
-    paths = positions.column("file_path").to_pylist()
-    groups: dict[tuple[int, PartitionKey], list[int]] = defaultdict(list)
-    for i, p in enumerate(paths):
-        groups[homes[p]].append(i)
-    out: list[_Written] = []
-    for number, ((spec_id, key), rows) in enumerate(sorted(groups.items(), key=lambda g: g[1][0])):
-        writer.write_position_delete_file(number, positions.take(pa.array(rows)), key)
-        written = writer.written[-1]
-        out.append((written.path, written.records, spec_id, key))
+    written = writer.write_position_deletes_by_home(positions, homes)
     writer.close()
-    return out
-
-
-
+    return [(w.path, w.records, spec_id, w.partition) for spec_id, w in written]
 
 
 def _quote(name: str) -> str:

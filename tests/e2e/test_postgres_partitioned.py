@@ -141,6 +141,34 @@ def test_spark_ddl_partitioned_table_takes_partition_moves(tmp_path: Path, pg_db
     assert got == expected
     assert_no_duplicate_data_files(t.metadata_location)
     check_partition_values(spark, t.metadata_location)
+    scans_one_day(t)
+
+
+def scans_one_day(t: Any) -> None:
+    """A read of one day plans only that day's files (pruned by partition)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    day = dt.date(2026, 1, 5)
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    row_filter = And(GreaterThanOrEqual("created", start.isoformat()),
+                     LessThan("created", (start + dt.timedelta(days=1)).isoformat()))  # fmt: skip
+    planned = {task.file.file_path for task in t.scan(row_filter=row_filter).plan_files()}
+    that_day = {
+        f.file_path for f in _data_files(t)
+        if f.partition[0] == (day - dt.date(1970, 1, 1)).days
+    }  # fmt: skip
+    assert planned and planned == that_day
+
+
+def _data_files(t: Any) -> list[Any]:
+    from replicator.iceberg.manifests import manifest_entries, read_manifests
+
+    return [
+        e.data_file
+        for m in read_manifests(t.current_snapshot(), t.io)
+        for e in manifest_entries(m, t.io, live_only=True)
+        if e.data_file.content == 0
+    ]
 
 
 def normalize_row(row: dict[str, Any]) -> dict[str, Any]:
