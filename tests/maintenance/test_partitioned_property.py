@@ -1,6 +1,7 @@
 """Partitioned tables (issue 24): random change sequences whose rows move between partitions
 (an update of ``n`` moves a row under ``identity(n)``; a key change moves it between
-buckets), the spec evolved by another writer at a random round, maintenance interleaved,
+buckets), the spec evolved by another writer at a random round, a column added by the
+source at another, maintenance interleaved,
 end equal to the model in Spark, DuckDB and (once the equality deletes are converted)
 pyiceberg; every data file carries its partition values."""
 
@@ -55,7 +56,8 @@ def moves(log: ChangeLog, rng: random.Random, txs: int, first_tx: int) -> None:
             free = [k for k in range(40) if k not in log.state]
             if (r < 0.3 or not keys) and free:
                 k = rng.choice(free)
-                log.insert(k, tx=tx, v=f"v{k}-{tx}", n=rng.randint(0, 3))
+                extra = {"extra": f"e{tx}"} if any(f["field"] == "extra" for f in log.fields) else {}
+                log.insert(k, tx=tx, v=f"v{k}-{tx}", n=rng.randint(0, 3), **extra)
             elif r < 0.7 and keys:
                 log.update(rng.choice(keys), tx=tx, n=rng.randint(0, 3), v=f"u{tx}")
             elif r < 0.85 and keys and free:
@@ -77,17 +79,18 @@ def partition_values_present(location: str, spark: Any) -> None:
 
 
 # No shrinking: each example is a minute of real tables; a failure prints its inputs.
-@settings(max_examples=2, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
+@settings(max_examples=3, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(
     seed=st.integers(0, 2**16),
     evolve_at=st.integers(0, 4),
+    add_column_at=st.integers(0, 5),
     max_events=st.sampled_from([3, 8, 20]),
     exactly_once=st.booleans(),
 )
 def test_partition_moves_with_spec_evolution_and_maintenance_equal_the_model(
-    tmp_path_factory: pytest.TempPathFactory, spark: Any, seed: int, evolve_at: int, max_events: int,
-    exactly_once: bool,
+    tmp_path_factory: pytest.TempPathFactory, spark: Any, seed: int, evolve_at: int, add_column_at: int,
+    max_events: int, exactly_once: bool,
 ) -> None:  # fmt: skip
     from pyiceberg.transforms import TruncateTransform
 
@@ -98,6 +101,8 @@ def test_partition_moves_with_spec_evolution_and_maintenance_equal_the_model(
     m = Maintainer(MaintenanceConfig.model_validate(EAGER), spark=lambda: spark)
     start = tx = 0
     for rnd in range(5):
+        if rnd == add_column_at:
+            log.add_column("extra")  # the source adds a column: the table's schema evolves
         moves(log, rng, rng.randint(8, 25), tx)
         tx += 50
         feed(root, f"{rnd:04d}.jsonl", log, start)
