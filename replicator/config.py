@@ -64,6 +64,7 @@ class SourceConfig(_Strict):
 
 
 _PARTITION_FIELD = re.compile(r"^\s*(?:(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([^(),\s]+)\s*\)|([^(),\s]+))\s*$")
+_SORT_FIELD = re.compile(r"^\s*([^\s(),]+)(?:\s+(asc|desc))?\s*$", re.IGNORECASE)
 # Iceberg's transforms, and Spark DDL's plural spellings of the time ones.
 _TIME_TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "month",
                     "day": "day", "days": "day", "hour": "hour", "hours": "hour"}  # fmt: skip
@@ -96,6 +97,14 @@ def parse_partition_field(text: str) -> tuple[str, str]:
     )
 
 
+def parse_sort_field(text: str) -> tuple[str, bool]:
+    """``"amount desc"`` -> (``"amount"``, descending?) of one ``iceberg.sort_by`` entry."""
+    match = _SORT_FIELD.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not 'column', 'column asc' or 'column desc'")
+    return match.group(1), (match.group(2) or "asc").lower() == "desc"
+
+
 class IcebergConfig(_Strict):
     """Where the Iceberg tables live: ``catalog_uri`` + ``warehouse`` (the short form for a SQL
     catalog) or ``catalog``: any pyiceberg catalog's properties, e.g. ``{type: rest, uri: ...,
@@ -126,6 +135,21 @@ class IcebergConfig(_Strict):
         description="source table -> partition fields of the Iceberg table the engine creates, "
         'e.g. ["day(created)", "bucket(16, id)"] (an existing table keeps its own spec)',
     )
+
+    sort_by: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='source table -> sort order of the Iceberg table the engine creates, e.g. '
+        '["created", "amount desc"]; each row group written is sorted by the table\'s sort order',
+    )
+
+    @field_validator("sort_by")
+    @classmethod
+    def _sort_fields(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for table, fields in v.items():
+            for text in fields:
+                if not _SORT_FIELD.match(text):
+                    raise ValueError(f"sort_by of {table}: {text!r} is not 'column', 'column asc' or 'column desc'")
+        return v
 
     @field_validator("partition_by")
     @classmethod

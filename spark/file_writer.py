@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark.object_storage import open_output
@@ -57,6 +58,9 @@ class WriterSpec:
     compression: str = "zstd"
     # The spec data files are written with; None or no fields: one file per mapper file.
     partition: PartitionPlan | None = None
+    # (column, "ascending" | "descending", nulls first?): rows of each row group are sorted
+    # by these (the table's sort order); empty: written in event order.
+    sort_by: tuple[tuple[str, str, bool], ...] = ()
     target_file_bytes: int = 0  # partitioned: a partition's file rolls past this (0: never)
     max_open_files: int = MAX_OPEN_FILES
     # FileIO properties (s3.endpoint, keys, ...): secrets, so kept out of repr and logs.
@@ -79,6 +83,7 @@ class _Open:
     path: str
     partition: PartitionKey = ()
     file_id: int = 0
+    content: int = CONTENT_DATA
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
     records: int = 0
@@ -91,7 +96,11 @@ class TableFileWriter:
         self._eq: _Open | None = None
         self.written: list[WrittenFile] = []
         plan = spec.partition
-        self._fan_out = plan is not None and not plan.unpartitioned
+        # Partitioned or sorted: rows are routed (and maybe reordered), so positions are
+        # translated from the mapper's to the files'.
+        self._fan_out = (plan is not None and not plan.unpartitioned) or bool(spec.sort_by)
+        # Sorted: per physical file, the position each appended row ended up at.
+        self._sorted_at: dict[int, list[np.ndarray]] = {}
         # Fan-out state: the current file of each partition (opened on its first flush),
         # the open ones (least recently used first), every physical file's partition, and
         # per logical file where each of its rows went.
@@ -104,10 +113,12 @@ class TableFileWriter:
     def data_path(self, file_index: int) -> str:
         return f"{self.spec.data_location}/{self.spec.batch_id}-data-{file_index:05d}.parquet"
 
-    def _open(self, uri: str, schema: pa.Schema, partition: PartitionKey = ()) -> _Open:
+    def _open(
+        self, uri: str, schema: pa.Schema, partition: PartitionKey = (), content: int = CONTENT_DATA
+    ) -> _Open:
         stream = open_output(uri, self.spec.io_properties)
         writer = pq.ParquetWriter(stream, schema, compression=self.spec.compression)
-        return _Open(writer=writer, stream=stream, path=uri, partition=partition)
+        return _Open(writer=writer, stream=stream, path=uri, partition=partition, content=content)
 
     def write_data(self, file_index: int, rows: pa.Table) -> None:
         if self._fan_out:
@@ -123,9 +134,9 @@ class TableFileWriter:
 
     def _write_fanned(self, file_index: int, rows: pa.Table) -> None:
         """Rows of logical file ``file_index`` (its next rows, in order) to their partitions."""
-        assert self.spec.partition is not None
         n = rows.num_rows
-        codes, keys = self.spec.partition.split(rows)
+        plan = self.spec.partition
+        codes, keys = plan.split(rows) if plan is not None else (np.zeros(n, dtype=np.int64), [()])
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         file_ids = np.empty(n, dtype=np.int32)
@@ -175,7 +186,7 @@ class TableFileWriter:
             # whose equality deletes apply to every partition (a moved row's old copy
             # may be in any of them).
             uri = f"{self.spec.data_location}/{self.spec.batch_id}-eqdel-00000.parquet"
-            self._eq = self._open(uri, self.spec.equality_schema)
+            self._eq = self._open(uri, self.spec.equality_schema, content=CONTENT_EQUALITY_DELETES)
         self._append(self._eq, _conform(keys, self.spec.equality_schema))
 
     def write_position_deletes(self, deletes: pa.Table) -> None:
@@ -195,6 +206,9 @@ class TableFileWriter:
     def _write_fanned_position_deletes(self, deletes: pa.Table) -> None:
         """The mapper's (logical file, position) as (physical file, position), one
         position-delete file per partition of the files they name."""
+        if self.spec.sort_by:  # where the pending rows land is known once they are sorted
+            for handle in list(self._parts.values()):
+                self._flush(handle)
         logical = deletes.column("file_index").to_numpy()
         pos = deletes.column("pos").to_numpy().astype(np.int64)
         file_ids = np.empty(len(pos), dtype=np.int64)
@@ -206,6 +220,10 @@ class TableFileWriter:
             sel = np.nonzero(logical == index)[0]
             file_ids[sel] = ids[pos[sel]]
             positions[sel] = where[pos[sel]]
+        if self._sorted_at:  # appended position -> position after each row group's sort
+            for file_id in np.unique(file_ids):
+                sel = np.nonzero(file_ids == file_id)[0]
+                positions[sel] = np.concatenate(self._sorted_at[int(file_id)])[positions[sel]]
         # Physical file names sort by id (zero-padded): (id, pos) order is (file_path, pos).
         order = np.lexsort((positions, file_ids))
         file_ids, positions = file_ids[order], positions[order]
@@ -242,7 +260,7 @@ class TableFileWriter:
         if deletes.num_rows == 0:
             return
         uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-{file_index:05d}.parquet"
-        handle = self._open(uri, self.spec.position_schema, partition)
+        handle = self._open(uri, self.spec.position_schema, partition, CONTENT_POSITION_DELETES)
         self._append(handle, _conform(deletes, self.spec.position_schema))
         self._close(handle, CONTENT_POSITION_DELETES)
 
@@ -261,10 +279,23 @@ class TableFileWriter:
             self._opened.move_to_end(handle.partition)
         if handle.pending_rows:
             assert handle.writer is not None
-            handle.writer.write_table(pa.concat_tables(handle.pending), row_group_size=max(handle.pending_rows, 1))
+            rows = pa.concat_tables(handle.pending)
+            if self.spec.sort_by and handle.content == CONTENT_DATA:
+                rows = self._sorted(handle, rows)
+            handle.writer.write_table(rows, row_group_size=max(handle.pending_rows, 1))
         self._pending_total -= handle.pending_rows
         handle.pending = []
         handle.pending_rows = 0
+
+    def _sorted(self, handle: _Open, rows: pa.Table) -> pa.Table:
+        """``rows`` (the pending rows of one file) in sort order; remembers where each went."""
+        keys = [(c, d, "at_start" if nulls_first else "at_end") for c, d, nulls_first in self.spec.sort_by]
+        order = pc.sort_indices(rows, sort_keys=keys).to_numpy()
+        start = handle.records - rows.num_rows  # position of the first pending row
+        landed = np.empty(len(order), dtype=np.int64)
+        landed[order] = np.arange(start, start + len(order))
+        self._sorted_at.setdefault(handle.file_id, []).append(landed)
+        return rows.take(pa.array(order))
 
     def _close(self, handle: _Open, content: int) -> None:
         self._flush(handle)
@@ -286,6 +317,7 @@ class TableFileWriter:
             self._close(self._eq, CONTENT_EQUALITY_DELETES)
             self._eq = None
         self._landed.clear()
+        self._sorted_at.clear()
         return self.written
 
 

@@ -244,3 +244,12 @@ def test_partition_fields_parse() -> None:
     assert parse_partition_field("truncate(4, name)") == ("truncate[4]", "name")
     assert parse_partition_field("region") == ("identity", "region")
     assert parse_partition_field("identity(region)") == ("identity", "region")
+
+
+def test_bad_sort_field_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, """
+source: {type: postgres, dsn: "postgresql://x"}
+iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
+"""))
+    assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)

@@ -1,4 +1,5 @@
-"""Partition specs of the engine's tables: the global delete spec, and specs from the config.
+"""Partition specs (and sort orders) of the engine's tables: the global delete spec, and
+specs and sort orders from the config.
 
 Why an unpartitioned spec on every partitioned table: an equality delete written under a
 partitioned spec applies only to data files of its own partition (Iceberg spec, "Scan
@@ -22,15 +23,24 @@ import logging
 
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.sorting import NullOrder, SortDirection
 from pyiceberg.table.update import AddPartitionSpecUpdate, AssertDefaultSpecId
-from pyiceberg.transforms import parse_transform
+from pyiceberg.transforms import IdentityTransform, parse_transform
 
-from replicator.config import parse_partition_field
+from replicator.config import parse_partition_field, parse_sort_field
 from replicator.errors import ConfigError
 from spark.partitioning import PartitionKey
 
-__all__ = ["ensure_global_spec", "global_spec_id", "partition_key", "set_partition_spec"]
+__all__ = [
+    "ensure_global_spec",
+    "global_spec_id",
+    "partition_key",
+    "set_partition_spec",
+    "set_sort_order",
+    "sort_columns",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +77,46 @@ def ensure_global_spec(table: Table) -> int:
     return found
 
 
+def _check_column(schema: Schema, column: str, what: str, name: str) -> None:
+    try:
+        schema.find_field(column, case_sensitive=True)
+    except ValueError:
+        raise ConfigError(
+            f"iceberg.{what} of {name}: no column {column!r} "
+            f"(columns: {', '.join(f.name for f in schema.fields)})",
+        ) from None
+
+
+def set_sort_order(transaction: Transaction, fields: list[str], name: str) -> None:
+    """Stage the sort order of ``fields`` (``iceberg.sort_by``) on the table ``transaction``
+    creates."""
+    schema = transaction.table_metadata.schema()
+    with transaction.update_sort_order() as update:
+        for text in fields:
+            column, descending = parse_sort_field(text)
+            _check_column(schema, column, "sort_by", name)
+            if descending:
+                update.desc(column, IdentityTransform(), NullOrder.NULLS_LAST)
+            else:
+                update.asc(column, IdentityTransform(), NullOrder.NULLS_FIRST)
+
+
+def sort_columns(table: Table) -> tuple[tuple[str, str, bool], ...]:
+    """The writers' sort keys from the table's default sort order: (column, "ascending" or
+    "descending", nulls first?) of its identity fields, up to the first other transform (a
+    bucket or day sort cannot be expressed as a column sort; what follows it is then not
+    the table's order)."""
+    schema = table.schema()
+    keys: list[tuple[str, str, bool]] = []
+    for field in table.sort_order().fields:
+        name = schema.find_column_name(field.source_id)
+        if not isinstance(field.transform, IdentityTransform) or name is None or "." in name:
+            break
+        direction = "ascending" if field.direction == SortDirection.ASC else "descending"
+        keys.append((name, direction, field.null_order == NullOrder.NULLS_FIRST))
+    return tuple(keys)
+
+
 def set_partition_spec(transaction: Transaction, fields: list[str], name: str) -> None:
     """Stage a spec of ``fields`` as the default of the table ``transaction`` creates (its
     unpartitioned spec stays in the specs list, for global equality deletes)."""
@@ -74,13 +124,7 @@ def set_partition_spec(transaction: Transaction, fields: list[str], name: str) -
     with transaction.update_spec() as update:
         for text in fields:
             transform_name, column = parse_partition_field(text)
-            try:
-                schema.find_field(column, case_sensitive=True)
-            except ValueError:
-                raise ConfigError(
-                    f"iceberg.partition_by of {name}: no column {column!r} "
-                    f"(columns: {', '.join(f.name for f in schema.fields)})",
-                ) from None
+            _check_column(schema, column, "partition_by", name)
             update.add_field(column, parse_transform(transform_name))
 
 

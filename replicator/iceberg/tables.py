@@ -37,7 +37,7 @@ from replicator.events.types import can_promote, parse_decimal
 from replicator.iceberg.catalog import (
     open_catalog as open_catalog,  # re-exported: callers import it from here
 )
-from replicator.iceberg.partitions import ensure_global_spec, set_partition_spec
+from replicator.iceberg.partitions import ensure_global_spec, set_partition_spec, set_sort_order
 
 log = logging.getLogger(__name__)
 
@@ -203,11 +203,15 @@ class TableManager:
         props = dict(TABLE_PROPERTIES)
         props[SOURCE_TABLE_PROPERTY] = schema.table
         partition_by = self.cfg.partition_by.get(schema.table)
-        if partition_by:
+        sort_by = self.cfg.sort_by.get(schema.table)
+        if partition_by or sort_by:
             # One creation commit: spec 0 unpartitioned (for equality deletes, which then
-            # reach every partition), the configured spec as the default.
+            # reach every partition), the configured spec as the default; the sort order.
             transaction = self.catalog.create_table_transaction(ident, schema=ice_schema, properties=props)
-            set_partition_spec(transaction, partition_by, ident)
+            if partition_by:
+                set_partition_spec(transaction, partition_by, ident)
+            if sort_by:
+                set_sort_order(transaction, sort_by, ident)
             transaction.commit_transaction()
             table = self.catalog.load_table(ident)
         else:

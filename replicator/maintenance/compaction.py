@@ -36,7 +36,7 @@ from replicator.iceberg.files import (
     position_delete_arrow_schema,
 )
 from replicator.iceberg.manifests import manifest_entries, read_manifests
-from replicator.iceberg.partitions import partition_key
+from replicator.iceberg.partitions import partition_key, sort_columns
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
 from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
@@ -198,6 +198,8 @@ def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tupl
         data_schema=schema_to_pyarrow(schema),
         equality_schema=equality_delete_arrow_schema(schema, ids) if ids else pa.schema([]),
         position_schema=position_delete_arrow_schema(),
+        sort_by=sort_columns(table),  # sorted: rolled by size (the stage's fan-out path)
+        target_file_bytes=target_file_bytes,
         io_properties=file_io_properties(table.io.properties),
     )
     writer = TableFileWriter(spec)

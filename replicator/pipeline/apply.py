@@ -50,7 +50,7 @@ from replicator.iceberg.files import (
     position_delete_file_from_parquet,
 )
 from replicator.iceberg.lookup import IcebergRowLookup
-from replicator.iceberg.partitions import global_spec_id
+from replicator.iceberg.partitions import global_spec_id, sort_columns
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
@@ -548,6 +548,7 @@ def _stage_spec(state: TableState, plan: BatchPlan) -> StageSpec:
             equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
             position_schema=position_delete_arrow_schema(),
             partition=partition_plan(table.metadata.spec(), schema),
+            sort_by=sort_columns(table),
             target_file_bytes=plan.policy.target_file_bytes,
             io_properties=file_io_properties(table.io.properties),
         ),

@@ -1,7 +1,7 @@
 """Partitioned tables (issue 24): random change sequences whose rows move between partitions
 (an update of ``n`` moves a row under ``identity(n)``; a key change moves it between
 buckets), the spec evolved by another writer at a random round, a column added by the
-source at another, maintenance interleaved,
+source at another, maintenance interleaved, data files sorted by ``v desc`` (row groups),
 end equal to the model in Spark, DuckDB and (once the equality deletes are converted)
 pyiceberg; every data file carries its partition values."""
 
@@ -36,7 +36,8 @@ def partitioned_config(root: Path, *, max_events: int, exactly_once: bool) -> Ru
         "source": {"type": "debezium-json", "path": "in", "primary_keys": KEYS,
                    "delivery": "exactly-once" if exactly_once else "at-least-once"},
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc",
-                    "cut_every_seconds": 0, "partition_by": {"app.items": ["bucket(4, id)", "n"]}},
+                    "cut_every_seconds": 0, "partition_by": {"app.items": ["bucket(4, id)", "n"]},
+                    "sort_by": {"app.items": ["v desc"]}},
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
         "maintenance": {"enabled": False},
@@ -79,7 +80,7 @@ def partition_values_present(location: str, spark: Any) -> None:
 
 
 # No shrinking: each example is a minute of real tables; a failure prints its inputs.
-@settings(max_examples=3, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
+@settings(max_examples=2, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(
     seed=st.integers(0, 2**16),
@@ -126,4 +127,5 @@ def test_partition_moves_with_spec_evolution_and_maintenance_equal_the_model(
     assert pyiceberg_rows(t) == expected
     assert_no_duplicate_data_files(t.metadata_location)
     assert len(t.metadata.specs()) >= 3  # unpartitioned (deletes), configured, evolved
+    assert [(f.source_id, str(f.direction)) for f in t.sort_order().fields] == [(2, "DESC")]
     partition_values_present(t.metadata_location, spark)
