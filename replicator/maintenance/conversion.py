@@ -170,7 +170,7 @@ def convert_equality_deletes(
         local = local_positions(table, plan.equality_deletes, candidates)
     # A position delete belongs to the partition (and spec) of the data file it names.
     homes = {f.file_path: (f.spec_id, partition_key(f)) for f, _seq in plan.data_files}
-    partitioned = len({home for home in homes.values()}) > 1 or any(key for _id, key in homes.values())
+    partitioned = len(set(homes.values())) > 1
     if local is not None:
         path = "arrow"
         written = _write_local(local, spec, homes)
@@ -186,8 +186,9 @@ def convert_equality_deletes(
                 schema=pa.schema([("file_path", pa.string()), ("pos", pa.int64())]),
             ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
             written = _write_local(found, spec, homes)
-        else:
-            written = [(p, n, None, ()) for p, n in _write(positions, spec, expected)]
+        else:  # every data file in one home: the one of them all (maybe not the default spec)
+            spec_id, key = next(iter(homes.values()), (None, ()))
+            written = [(p, n, spec_id, key) for p, n in _write(positions, spec, expected)]
     rows = sum(w[1] for w in written)
     positions_seconds = time.perf_counter() - started
     added = [

@@ -70,3 +70,33 @@ def test_conversion_and_compaction_stay_in_their_partition(tmp_path: Path, spark
     homes = {(f.spec_id, partition_key(f)) for f in removed + added}
     assert len(homes) == 1, homes  # one partition rewritten; every other file untouched
     assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+
+
+def test_conversion_after_spec_evolution_keeps_the_data_files_spec(tmp_path: Path, spark: Any) -> None:
+    """An unpartitioned table evolved to partitioned whose data files all predate the
+    change: the position deletes go under the files' spec, not the new default."""
+    from pyiceberg.transforms import IdentityTransform
+
+    from tests.maintenance.support import config
+
+    log = ChangeLog()
+    for k in range(20):
+        log.insert(k, tx=0, v=f"v{k}", n=k % 3)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=100)
+    run(cfg)
+    t = table(cfg)
+    with t.update_spec() as update:
+        update.add_field("n", IdentityTransform(), "n")
+    start = len(log.lines)
+    for k in range(0, 20, 4):
+        log.delete(k, tx=1)  # deletes only: no data file under the new spec
+    feed(tmp_path, "0002.jsonl", log, start)
+    run(cfg)
+    t = table(cfg)
+    assert table_health(t).equality_delete_files == 1
+    result = convert_equality_deletes(spark, t, local_max_rows=0)
+    assert result.rows == 5
+    [posdel] = [f for f in live(t).values() if f.content == 1]
+    assert posdel.spec_id == 0 and partition_key(posdel) == ()
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
