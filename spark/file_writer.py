@@ -10,7 +10,7 @@ S3-compatible object storage (spark/object_storage.py).
 
 Partitioned tables (``WriterSpec.partition``): a fan-out writer. The mapper still numbers
 rows per logical file in event order; each row goes to the open file of its partition, and
-the writer remembers, per logical file, where each row landed (physical file, position: 12
+the writer remembers, per logical file, where each row landed (physical file, position: 8
 bytes a row), so the mapper's position deletes are turned into positions in the physical
 files and written as one position-delete file per partition (a position delete must be in
 the partition of the data file it names). Rows are buffered per partition and a file is
@@ -140,7 +140,7 @@ class TableFileWriter:
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
         file_ids = np.empty(n, dtype=np.int32)
-        positions = np.empty(n, dtype=np.int64)
+        positions = np.empty(n, dtype=np.int32)  # a file holds fewer than 2**31 rows
         conformed = _conform(rows, self.spec.data_schema)
         for code, key in enumerate(keys):
             picked = order[bounds[code] : bounds[code + 1]]
@@ -292,7 +292,7 @@ class TableFileWriter:
         keys = [(c, d, "at_start" if nulls_first else "at_end") for c, d, nulls_first in self.spec.sort_by]
         order = pc.sort_indices(rows, sort_keys=keys).to_numpy()
         start = handle.records - rows.num_rows  # position of the first pending row
-        landed = np.empty(len(order), dtype=np.int64)
+        landed = np.empty(len(order), dtype=np.int32)
         landed[order] = np.arange(start, start + len(order))
         self._sorted_at.setdefault(handle.file_id, []).append(landed)
         return rows.take(pa.array(order))
