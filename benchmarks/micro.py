@@ -4,6 +4,8 @@ still exists (same process, same data):
     .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
     .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
     .venv/bin/python -m benchmarks.micro compaction   # bytes rewritten per byte appended
+    .venv/bin/python -m benchmarks.micro partitioned  # the apply stage's worker: unpartitioned
+                                                      # vs day(created) + bucket(16, id) fan-out
 
 ``staging`` has no old path left in the tree: run it on an older checkout for the baseline
 (``git worktree add --detach /tmp/old <rev>``, then the same command there).
@@ -119,15 +121,74 @@ def compaction(appends: int = 300, file_mb: float = 3.0, target_mb: int = 128, m
               f"{rewritten / appended:.1f}, files left {len(files)}")  # fmt: skip
 
 
+def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
+    """Rows/s and files of the stage's worker (map + write, in this process) for one batch of
+    snapshot reads plus updates that move a tenth of them to another day."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform, DayTransform
+    from pyiceberg.types import DecimalType, LongType, NestedField, StringType, TimestamptzType
+
+    from ops_mapping import MappingPolicy
+    from ops_mapping.contract import OP_COLUMN, SEQ_COLUMN, before_key_column
+    from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+    from spark.apply_stage import StageSpec, apply_local
+    from spark.file_writer import CONTENT_DATA, WriterSpec
+    from spark.partitioning import partition_plan
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "created", TimestamptzType()),
+        NestedField(3, "amount", DecimalType(10, 2)), NestedField(4, "note", StringType()),
+        identifier_field_ids=[1],
+    )  # fmt: skip
+    spec = PartitionSpec(
+        PartitionField(2, 1000, DayTransform(), "created_day"), PartitionField(1, 1001, BucketTransform(16), "id_bucket"),
+        spec_id=1,
+    )  # fmt: skip
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    ids = list(range(rows)) + list(range(0, rows, 10))
+    n = len(ids)
+    staged = pa.table({
+        SEQ_COLUMN: pa.array(range(n), pa.int64()),
+        OP_COLUMN: ["r"] * rows + ["u"] * (n - rows),
+        before_key_column("id"): pa.array([None] * rows + ids[rows:], pa.int64()),
+        "id": pa.array(ids, pa.int64()),
+        "created": pa.array([start + dt.timedelta(days=(i * 7 + (j >= rows)) % days, seconds=i % 86_400)
+                             for j, i in enumerate(ids)], pa.timestamp("us", tz="UTC")),
+        "amount": pa.array([decimal.Decimal(i % 10_000) / 100 for i in ids], pa.decimal128(10, 2)),
+        "note": [f"note {i}" for i in ids],
+    })  # fmt: skip
+    for label, plan in (("unpartitioned", None), ("day + bucket(16)", partition_plan(spec, schema))):
+        best = float("inf")
+        files = 0
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory(prefix="rp-micro-") as tmp:
+                writer = WriterSpec(
+                    data_location=Path(tmp).as_uri(), batch_id="b", data_schema=schema_to_pyarrow(schema),
+                    equality_schema=equality_delete_arrow_schema(schema, [1]),
+                    position_schema=position_delete_arrow_schema(), partition=plan,
+                )  # fmt: skip
+                stage = StageSpec(writer, ("id",), ("id", "created", "amount", "note"), MappingPolicy())
+                t0 = time.perf_counter()
+                result = apply_local(staged, stage)
+                best = min(best, time.perf_counter() - t0)
+                files = sum(f.content == CONTENT_DATA for f in result.files)
+        print(f"{label}: {n:,} events in {best:.2f} s = {n / best:,.0f} events/s, {files} data files")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["commits", "staging", "compaction"])
+    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned"])
     args = ap.parse_args(argv)
     if args.what == "commits":
         for before in (1, 20, 120):
             commits(before)
     elif args.what == "staging":
         staging()
+    elif args.what == "partitioned":
+        partitioned()
     else:
         for size in (3.0, 1.0):
             compaction(file_mb=size, appends=300 if size == 3.0 else 1000)

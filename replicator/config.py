@@ -108,6 +108,48 @@ class SourceConfig(_Strict):
         return os.environ[self.hash_key_env].encode()
 
 
+_PARTITION_FIELD = re.compile(r"^\s*(?:(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([^(),\s]+)\s*\)|([^(),\s]+))\s*$")
+_SORT_FIELD = re.compile(r"^\s*([^\s(),]+)(?:\s+(asc|desc))?\s*$", re.IGNORECASE)
+# Iceberg's transforms, and Spark DDL's plural spellings of the time ones.
+_TIME_TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "month",
+                    "day": "day", "days": "day", "hour": "hour", "hours": "hour"}  # fmt: skip
+_WIDTH_TRANSFORMS = {"bucket": "bucket", "truncate": "truncate"}
+
+
+def parse_partition_field(text: str) -> tuple[str, str]:
+    """``"bucket(16, id)"`` -> (``"bucket[16]"``, ``"id"``): the Iceberg transform string and
+    the source column of one ``iceberg.partition_by`` entry; ``ValueError`` with the reason."""
+    match = _PARTITION_FIELD.match(text)
+    if match is None:
+        raise ValueError(
+            f"partition field {text!r} is not column, transform(column) or transform(N, column)"
+        )
+    name, width, column, bare = match.groups()
+    if bare is not None:
+        return "identity", bare
+    name = name.lower()
+    if name == "identity" and width is None:
+        return "identity", column
+    if name in _TIME_TRANSFORMS and width is None:
+        return _TIME_TRANSFORMS[name], column
+    if name in _WIDTH_TRANSFORMS:
+        if width is None or int(width) <= 0:
+            raise ValueError(f"partition field {text!r}: {name} needs a positive width, e.g. {name}(16, {column})")
+        return f"{_WIDTH_TRANSFORMS[name]}[{int(width)}]", column
+    raise ValueError(
+        f"partition field {text!r}: unknown transform {name!r}{' with a width' if width else ''} "
+        "(identity, year, month, day, hour, bucket(N, col), truncate(W, col))"
+    )
+
+
+def parse_sort_field(text: str) -> tuple[str, bool]:
+    """``"amount desc"`` -> (``"amount"``, descending?) of one ``iceberg.sort_by`` entry."""
+    match = _SORT_FIELD.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not 'column', 'column asc' or 'column desc'")
+    return match.group(1), (match.group(2) or "asc").lower() == "desc"
+
+
 class IcebergConfig(_Strict):
     """Where the Iceberg tables live: ``catalog_uri`` + ``warehouse`` (the short form for a SQL
     catalog) or ``catalog``: any pyiceberg catalog's properties, e.g. ``{type: rest, uri: ...,
@@ -133,6 +175,37 @@ class IcebergConfig(_Strict):
         300.0, ge=0, description="tag every table at one source position this often (0: no cuts)"
     )
     cuts_keep: int = Field(24, ge=1, description="how many consistent cuts to keep")
+    partition_by: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="source table -> partition fields of the Iceberg table the engine creates, "
+        'e.g. ["day(created)", "bucket(16, id)"] (an existing table keeps its own spec)',
+    )
+
+    sort_by: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='source table -> sort order of the Iceberg table the engine creates, e.g. '
+        '["created", "amount desc"]; each row group written is sorted by the table\'s sort order',
+    )
+
+    @field_validator("sort_by")
+    @classmethod
+    def _sort_fields(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for table, fields in v.items():
+            for text in fields:
+                if not _SORT_FIELD.match(text):
+                    raise ValueError(f"sort_by of {table}: {text!r} is not 'column', 'column asc' or 'column desc'")
+        return v
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_fields(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for table, fields in v.items():
+            for text in fields:
+                try:
+                    parse_partition_field(text)
+                except ValueError as exc:
+                    raise ValueError(f"partition_by of {table}: {exc}") from None
+        return v
 
     @field_validator("warehouse")
     @classmethod

@@ -32,6 +32,7 @@ from ops_mapping import BatchMapper, MappingPolicy, MappingStats
 from spark.faults import maybe_lose_executor
 from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
 from spark.object_storage import open_input
+from spark.partitioning import decode_partition, encode_partition
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -40,9 +41,10 @@ RESULT_SCHEMA = pa.schema(
         ("records", pa.int64()),
         ("size", pa.int64()),
         ("stats", pa.string()),
+        ("partition", pa.string()),  # the file's partition tuple (spark.partitioning's JSON)
     ]
 )
-RESULT_DDL = "content int, path string, records long, size long, stats string"
+RESULT_DDL = "content int, path string, records long, size long, stats string, partition string"
 
 # `content` of the result row a worker sends instead of files when storage failed: the
 # message travels as data, so the driver can tell a passing outage from a bug without
@@ -77,7 +79,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             # stage under a new batch id if the error is transient.
             yield pa.RecordBatch.from_pylist(
                 [{"content": CONTENT_STORAGE_ERROR, "path": f"{type(exc).__name__}: {exc}"[:4000],
-                  "records": 0, "size": 0, "stats": "{}"}],
+                  "records": 0, "size": 0, "stats": "{}", "partition": ""}],
                 schema=RESULT_SCHEMA,
             )
 
@@ -104,10 +106,11 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
         stats = orjson.dumps(_stats_dict(tail.stats)).decode()
         yield pa.RecordBatch.from_pylist(
             [
-                {"content": f.content, "path": f.path, "records": f.records, "size": f.size, "stats": stats}
+                {"content": f.content, "path": f.path, "records": f.records, "size": f.size, "stats": stats,
+                 "partition": encode_partition(f.partition)}
                 for f in files
             ]
-            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats}],
+            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": ""}],
             schema=RESULT_SCHEMA,
         )
 
@@ -123,7 +126,8 @@ def _collect(rows: list[dict[str, Any]]) -> StageResult:
         if r["content"] == CONTENT_STORAGE_ERROR:
             raise StageStorageError(r["path"])
     files = [
-        WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"])
+        WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"],
+                    partition=decode_partition(r["partition"]))
         for r in rows
         if r["content"] >= 0
     ]

@@ -215,3 +215,41 @@ iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
 maintenance: {body}
 """))
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("bucket(id)", "bucket needs a positive width"),
+        ("bucket(0, id)", "bucket needs a positive width"),
+        ("weekday(created)", "unknown transform 'weekday'"),
+        ("day(3, created)", "unknown transform 'day' with a width"),
+        ("day(created", "is not column, transform(column) or transform(N, column)"),
+    ],
+)
+def test_bad_partition_field_is_named(tmp_path: Path, field: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, f"""
+source: {{type: postgres, dsn: "postgresql://x"}}
+iceberg: {{catalog_uri: "sqlite:///c.db", warehouse: wh, partition_by: {{public.orders: ["{field}"]}}}}
+"""))
+    assert "partition_by of public.orders" in str(exc.value) and message in str(exc.value), str(exc.value)
+
+
+def test_partition_fields_parse() -> None:
+    from replicator.config import parse_partition_field
+
+    assert parse_partition_field("days(created)") == ("day", "created")
+    assert parse_partition_field(" bucket( 16 , id ) ") == ("bucket[16]", "id")
+    assert parse_partition_field("truncate(4, name)") == ("truncate[4]", "name")
+    assert parse_partition_field("region") == ("identity", "region")
+    assert parse_partition_field("identity(region)") == ("identity", "region")
+
+
+def test_bad_sort_field_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, """
+source: {type: postgres, dsn: "postgresql://x"}
+iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
+"""))
+    assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)

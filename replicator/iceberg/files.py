@@ -9,8 +9,11 @@ and lower/upper bounds, honouring the table's ``write.metadata.metrics.*`` prope
 Columns are matched to Iceberg fields by the field ids stored in the Parquet schema, never by
 name, so a file written before a column rename is still described correctly.
 
-Only unpartitioned tables are supported: every file gets the empty partition record and the
-table's default spec id.
+Partitions: each file is described under the spec it was written with (``spec_id``, default:
+the table's default spec) and its partition tuple (``partition``, the transformed values in
+the spec's field order, as the fan-out writer reports them). Equality deletes are written
+under an UNPARTITIONED spec of the table, whatever its default (``partitions.global_spec_id``):
+Iceberg applies those to every partition, so a delete reaches a row that moved.
 
 pyiceberg 0.12 internals used (all in ``pyiceberg.io.pyarrow``): ``compute_statistics_plan``,
 ``parquet_path_to_id_mapping``, ``data_file_statistics_from_parquet_metadata`` and
@@ -38,6 +41,7 @@ from pyiceberg.types import LongType, NestedField, PrimitiveType, StringType
 
 from ops_mapping.contract import POSITION_DELETE_FILE_PATH_ID, POSITION_DELETE_POS_ID
 from replicator.retry import call_with_retries
+from spark.partitioning import PartitionKey
 
 __all__ = [
     "POSITION_DELETE_FILE_PATH_ID",
@@ -84,13 +88,22 @@ def equality_delete_arrow_schema(table_schema: Schema, field_ids: Iterable[int])
     return schema_to_pyarrow(equality_delete_schema(table_schema, field_ids))
 
 
-def data_file_from_parquet(table: Table, path: str, *, file_size: int | None = None) -> DataFile:
+def data_file_from_parquet(
+    table: Table,
+    path: str,
+    *,
+    file_size: int | None = None,
+    spec_id: int | None = None,
+    partition: PartitionKey = (),
+) -> DataFile:
     """Describe a Parquet data file written with the table's field ids.
 
     Args:
         table: the target table (its current schema, properties and default spec are used).
         path: the file's location as it must appear in the manifest (same URI scheme as the table).
         file_size: the file's size in bytes when the caller knows it; saves a ``stat`` call.
+        spec_id: the partition spec it was written with (default: the table's default spec).
+        partition: its partition tuple in that spec (empty for an unpartitioned spec).
     """
     return _describe(
         table,
@@ -99,17 +112,25 @@ def data_file_from_parquet(table: Table, path: str, *, file_size: int | None = N
         stats_schema=table.schema(),
         properties=table.metadata.properties,
         file_size=file_size,
+        spec_id=spec_id,
+        partition=partition,
     )
 
 
 def position_delete_file_from_parquet(
-    table: Table, path: str, *, file_size: int | None = None
+    table: Table,
+    path: str,
+    *,
+    file_size: int | None = None,
+    spec_id: int | None = None,
+    partition: PartitionKey = (),
 ) -> DataFile:
     """Describe a Parquet position-delete file (columns ``file_path``, ``pos``).
 
     Metrics for both columns are always full, so a file whose rows all reference one data file
     gets ``lower_bound == upper_bound == that data file's path`` for ``file_path``; readers
     (Iceberg Java's ``ContentFileUtil.referencedDataFile``) use that to apply it to that file only.
+    ``spec_id`` and ``partition`` must be those of the data files it names.
     """
     return _describe(
         table,
@@ -119,6 +140,8 @@ def position_delete_file_from_parquet(
         properties=_POSITION_DELETE_METRICS,
         file_size=file_size,
         required_ids=[POSITION_DELETE_FILE_PATH_ID, POSITION_DELETE_POS_ID],
+        spec_id=spec_id,
+        partition=partition,
     )
 
 
@@ -128,11 +151,14 @@ def equality_delete_file_from_parquet(
     equality_field_ids: list[int],
     *,
     file_size: int | None = None,
+    spec_id: int | None = None,
 ) -> DataFile:
     """Describe a Parquet equality-delete file whose rows delete by ``equality_field_ids``.
 
     The file must contain every equality column (with the table's field ids); statistics follow
     the table's metrics configuration, as Iceberg Java does for equality deletes.
+    ``spec_id`` must name an unpartitioned spec (default: the table's default spec, which
+    must then be unpartitioned): such deletes apply in every partition.
     """
     ids = _check_equality_ids(table.schema(), equality_field_ids)
     return _describe(
@@ -144,6 +170,7 @@ def equality_delete_file_from_parquet(
         file_size=file_size,
         required_ids=ids,
         equality_ids=ids,
+        spec_id=spec_id,
     )
 
 
@@ -170,11 +197,24 @@ def _describe(
     file_size: int | None,
     required_ids: list[int] | None = None,
     equality_ids: list[int] | None = None,
+    spec_id: int | None = None,
+    partition: PartitionKey = (),
 ) -> DataFile:
     metadata = table.metadata
-    if not metadata.spec().is_unpartitioned():
+    spec_id = metadata.default_spec_id if spec_id is None else spec_id
+    spec = metadata.specs().get(spec_id)
+    if spec is None:
+        raise ValueError(f"{path}: table {'.'.join(table.name())} has no partition spec {spec_id}")
+    if len(partition) != len(spec.fields):
         raise ValueError(
-            f"Table {'.'.join(table.name())} is partitioned; only unpartitioned tables are supported"
+            f"{path}: partition {partition!r} does not fit spec {spec_id} of "
+            f"{'.'.join(table.name())} ({len(spec.fields)} field(s))"
+        )
+    if equality_ids and spec.fields:
+        raise ValueError(
+            f"{path}: equality deletes must be written under an unpartitioned spec (spec "
+            f"{spec_id} of {'.'.join(table.name())} is partitioned; they would reach only "
+            "their own partition)"
         )
 
     input_file = table.io.new_input(path)
@@ -208,7 +248,7 @@ def _describe(
         content=content,
         file_path=path,
         file_format=FileFormat.PARQUET,
-        partition=Record(),
+        partition=Record(*partition),
         file_size_in_bytes=file_size if file_size is not None else len(input_file),
         # Position deletes are sorted by (file_path, pos), not by a table sort order; the engine
         # does not promise a sort order for the other kinds either.
@@ -219,7 +259,7 @@ def _describe(
     )
     # spec_id is not a manifest field (readers inherit it from the manifest), so from_args
     # ignores it; set it explicitly for code that groups files by spec.
-    data_file.spec_id = metadata.default_spec_id
+    data_file.spec_id = spec_id
     return data_file
 
 

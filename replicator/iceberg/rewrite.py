@@ -154,7 +154,7 @@ class _RewriteProducer(RowDeltaProducer):
         self, manifest: ManifestFile, entries: list[ManifestEntry]
     ) -> ManifestFile:
         writer_class = manifest_writer_class(manifest.content)
-        writer: ManifestWriter = self._new_writer(writer_class)
+        writer: ManifestWriter = self._new_writer(writer_class, manifest.partition_spec_id)
         with writer:
             for entry in entries:
                 if entry.data_file.file_path in self._removed_paths:

@@ -318,17 +318,29 @@ def check_files(table: Table, data: list[DataFile], deletes: list[DataFile]) -> 
         )
 
     default_spec_id = table.metadata.default_spec_id
+    specs = table.metadata.specs()
     seen: set[str] = set()
     for content_file in [*data, *deletes]:
+        # Any spec of the table: files written before a spec change keep theirs, and
+        # equality deletes use the unpartitioned one (``partitions``).
         spec_id = _spec_id(content_file, default_spec_id)
-        if spec_id != default_spec_id:
+        if spec_id not in specs:
+            raise ValueError(f"{content_file.file_path}: spec id {spec_id} is not a spec of the table")
+        if len(content_file.partition) != len(specs[spec_id].fields):
             raise ValueError(
-                f"{content_file.file_path}: spec id {spec_id}, table default is {default_spec_id}"
+                f"{content_file.file_path}: partition {content_file.partition!r} does not fit spec {spec_id}"
             )
         # A file listed twice in a snapshot makes scans undefined.
         if content_file.file_path in seen:
             raise ValueError(f"{content_file.file_path}: listed more than once in one commit")
         seen.add(content_file.file_path)
+
+
+def _by_spec(files: list[DataFile], default: int) -> dict[int, list[DataFile]]:
+    groups: dict[int, list[DataFile]] = {}
+    for content_file in files:
+        groups.setdefault(_spec_id(content_file, default), []).append(content_file)
+    return groups
 
 
 def _spec_id(content_file: DataFile, default: int) -> int:
@@ -461,17 +473,21 @@ class RowDeltaProducer(_MergeAppendFiles):
         ]
 
     def _manifests(self) -> list[ManifestFile]:
-        spec = self._transaction.table_metadata.spec()
+        metadata = self._transaction.table_metadata
         new_manifests: list[ManifestFile] = []
-        v2 = self._transaction.table_metadata.format_version == 2
-        if self._added_data_files:
-            writer = self._new_writer(_DataManifestWriter) if v2 else self.new_manifest_writer(spec)
-            new_manifests.append(
-                self._write_added(writer, self._added_data_files, self._data_sequence_number)
+        v2 = metadata.format_version == 2
+        # A manifest holds files of ONE partition spec (it names the spec): one per spec used.
+        for spec_id, files in _by_spec(self._added_data_files, metadata.default_spec_id).items():
+            writer = (
+                self._new_writer(_DataManifestWriter, spec_id)
+                if v2
+                else self.new_manifest_writer(metadata.specs()[spec_id])
             )
-        if self._added_delete_files:  # v2 only, checked by check_files
-            writer = self._new_writer(_DeleteManifestWriter)
-            new_manifests.append(self._write_added(writer, self._added_delete_files))
+            new_manifests.append(self._write_added(writer, files, self._data_sequence_number))
+        # v2 only, checked by check_files
+        for spec_id, files in _by_spec(self._added_delete_files, metadata.default_spec_id).items():
+            writer = self._new_writer(_DeleteManifestWriter, spec_id)
+            new_manifests.append(self._write_added(writer, files))
         if self._remove_all:
             return self._process_manifests(new_manifests + self._write_removed_all())
         return self._process_manifests(new_manifests + self._existing_manifests())
@@ -603,14 +619,13 @@ class RowDeltaProducer(_MergeAppendFiles):
         collector = SnapshotSummaryCollector()
         # The collector counts data files and both kinds of delete files (added-delete-files,
         # added-position-deletes, added-equality-deletes, ...).
+        specs, default = metadata.specs(), metadata.default_spec_id
         for content_file in [*self._added_data_files, *self._added_delete_files]:
-            collector.add_file(
-                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
-            )
+            spec = specs[_spec_id(content_file, default)]
+            collector.add_file(content_file, schema=metadata.schema(), partition_spec=spec)
         for content_file in removed:
-            collector.remove_file(
-                content_file, schema=metadata.schema(), partition_spec=metadata.spec()
-            )
+            spec = specs[_spec_id(content_file, default)]
+            collector.remove_file(content_file, schema=metadata.schema(), partition_spec=spec)
         parent = (
             metadata.snapshot_by_id(self._parent_snapshot_id)
             if self._parent_snapshot_id is not None

@@ -37,6 +37,7 @@ from replicator.events.types import can_promote, parse_decimal
 from replicator.iceberg.catalog import (
     open_catalog as open_catalog,  # re-exported: callers import it from here
 )
+from replicator.iceberg.partitions import ensure_global_spec, set_partition_spec, set_sort_order
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,7 @@ class TableManager:
                 hint=f"map one of them elsewhere with iceberg.table_names: {{{source_table!r}: <name>}}",
             )
         ensure_hygiene_properties(table)
+        ensure_global_spec(table)  # a partitioned table needs one for its equality deletes
         keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
         state = TableState(table=table, source_table=source_table, key_columns=keys)
         self._tables[source_table] = state
@@ -200,8 +202,24 @@ class TableManager:
         ident = self._claim(schema.table)
         props = dict(TABLE_PROPERTIES)
         props[SOURCE_TABLE_PROPERTY] = schema.table
-        table = self.catalog.create_table(ident, schema=ice_schema, properties=props)
-        log.info("created Iceberg table %s for %s (key %s)", ident, schema.table, ", ".join(schema.key_columns))
+        partition_by = self.cfg.partition_by.get(schema.table)
+        sort_by = self.cfg.sort_by.get(schema.table)
+        if partition_by or sort_by:
+            # One creation commit: spec 0 unpartitioned (for equality deletes, which then
+            # reach every partition), the configured spec as the default; the sort order.
+            transaction = self.catalog.create_table_transaction(ident, schema=ice_schema, properties=props)
+            if partition_by:
+                set_partition_spec(transaction, partition_by, ident)
+            if sort_by:
+                set_sort_order(transaction, sort_by, ident)
+            transaction.commit_transaction()
+            table = self.catalog.load_table(ident)
+        else:
+            table = self.catalog.create_table(ident, schema=ice_schema, properties=props)
+        log.info(
+            "created Iceberg table %s for %s (key %s%s)", ident, schema.table, ", ".join(schema.key_columns),
+            f"; partitioned by {', '.join(partition_by)}" if partition_by else "",
+        )  # fmt: skip
         state = TableState(table=table, source_table=schema.table, key_columns=schema.key_columns)
         self._tables[schema.table] = state
         return state

@@ -36,11 +36,13 @@ from replicator.iceberg.files import (
     position_delete_arrow_schema,
 )
 from replicator.iceberg.manifests import manifest_entries, read_manifests
+from replicator.iceberg.partitions import partition_key, sort_columns
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
 from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
 from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
 from spark.object_storage import file_io_properties
+from spark.partitioning import PartitionKey
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +112,23 @@ def plan_compaction(
         for path in targets[f.file_path]:
             hit[path].append(f)
     by_path = {f.file_path: f for f in data}
-    picked = choose_inputs(
-        [Candidate(f.file_path, f.file_size_in_bytes, f.file_path in hit) for f in data],
-        target_file_bytes=target_file_bytes, min_input_files=min_input_files,
-        delete_files=len(pos),
-    )  # fmt: skip
+    # Bin-packing stays within one partition of one spec: a step rewrites files of ONE
+    # partition (its commit leaves every other partition's files alone).
+    groups: dict[tuple[int, PartitionKey], list[DataFile]] = defaultdict(list)
+    for f in data:
+        groups[(f.spec_id, partition_key(f))].append(f)
+    deletes_in: dict[tuple[int, PartitionKey], int] = defaultdict(int)
+    for f in pos:
+        deletes_in[(f.spec_id, partition_key(f))] += 1
+    picked: list[Candidate] = []
+    for home in sorted(groups, key=repr):
+        picked = choose_inputs(
+            [Candidate(f.file_path, f.file_size_in_bytes, f.file_path in hit) for f in groups[home]],
+            target_file_bytes=target_file_bytes, min_input_files=min_input_files,
+            delete_files=deletes_in[home],
+        )  # fmt: skip
+        if picked:
+            break
     if not picked:
         return None
     chosen = [by_path[c.path] for c in picked]
@@ -141,7 +155,12 @@ def compact(
     t0 = time.perf_counter()
     written, rows = _rewrite(table, plan, target_file_bytes)
     crash("compaction-files-written")
-    added = [data_file_from_parquet(table, w.path, file_size=w.size) for w in written]
+    # The rewritten files' partition, under the spec they were written with.
+    first = plan.data_files[0]
+    added = [
+        data_file_from_parquet(table, w.path, file_size=w.size, spec_id=first.spec_id, partition=partition_key(first))
+        for w in written
+    ]
     summary = {
         MAINTENANCE_SUMMARY_KEY: KIND,
         f"{MAINTENANCE_SUMMARY_KEY}.data-files-removed": str(len(plan.data_files)),
@@ -179,6 +198,8 @@ def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tupl
         data_schema=schema_to_pyarrow(schema),
         equality_schema=equality_delete_arrow_schema(schema, ids) if ids else pa.schema([]),
         position_schema=position_delete_arrow_schema(),
+        sort_by=sort_columns(table),  # sorted: rolled by size (the stage's fan-out path)
+        target_file_bytes=target_file_bytes,
         io_properties=file_io_properties(table.io.properties),
     )
     writer = TableFileWriter(spec)

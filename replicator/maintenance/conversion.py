@@ -51,6 +51,7 @@ from pyiceberg.table import Table
 
 from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
 from replicator.iceberg.manifests import manifest_entries, read_manifests
+from replicator.iceberg.partitions import partition_key
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.conversion_arrow import (
@@ -65,6 +66,7 @@ from spark.file_writer import (
     write_position_delete_partition,
 )
 from spark.object_storage import configure_spark, file_io_properties
+from spark.partitioning import PartitionKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -166,16 +168,33 @@ def convert_equality_deletes(
     local = None
     if sum(f.record_count for f, _seq in candidates) <= local_max_rows:
         local = local_positions(table, plan.equality_deletes, candidates)
+    # A position delete belongs to the partition (and spec) of the data file it names.
+    homes = {f.file_path: (f.spec_id, partition_key(f)) for f, _seq in plan.data_files}
+    partitioned = len(set(homes.values())) > 1
     if local is not None:
         path = "arrow"
-        written = _write_local(local, spec)
+        written = _write_local(local, spec, homes)
     else:
         path = "spark"
         configure_spark(spark, location, io_properties)
-        written = _write(_positions(spark, table, plan), spec, expected)
-    rows = sum(records for _path, records in written)
+        positions = _positions(spark, table, plan)
+        if partitioned:
+            # Rows of the deletes' keys only: few enough to group here, by target partition.
+            rows_found = positions.collect()
+            found = pa.Table.from_pylist(
+                [{"file_path": r["file_path"], "pos": r["pos"]} for r in rows_found],
+                schema=pa.schema([("file_path", pa.string()), ("pos", pa.int64())]),
+            ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+            written = _write_local(found, spec, homes)
+        else:  # every data file in one home: the one of them all (maybe not the default spec)
+            spec_id, key = next(iter(homes.values()), (None, ()))
+            written = [(p, n, spec_id, key) for p, n in _write(positions, spec, expected)]
+    rows = sum(w[1] for w in written)
     positions_seconds = time.perf_counter() - started
-    added = [position_delete_file_from_parquet(table, path) for path, _records in written]
+    added = [
+        position_delete_file_from_parquet(table, p, spec_id=spec_id, partition=key)
+        for p, _records, spec_id, key in written
+    ]
     crash("conversion-files-written")
 
     removed = [f for f, _seq in plan.equality_deletes]
@@ -292,11 +311,18 @@ def _write(positions: DataFrame, spec: WriterSpec, expected: int) -> list[tuple[
     return sorted((row["path"], row["records"]) for row in written)
 
 
-def _write_local(positions: pa.Table, spec: WriterSpec) -> list[tuple[str, int]]:
-    """One position-delete file of ``positions`` (sorted), or none when there are none."""
+_Written = tuple[str, int, int | None, PartitionKey]  # path, positions, spec id, partition
+
+
+def _write_local(
+    positions: pa.Table, spec: WriterSpec, homes: dict[str, tuple[int, PartitionKey]]
+) -> list[_Written]:
+    """One position-delete file of ``positions`` (sorted) per (spec, partition) of the data
+    files they name, or none when there are none."""
     writer = TableFileWriter(spec)
-    writer.write_position_delete_file(0, positions)
-    return [(w.path, w.records) for w in writer.close()]
+    written = writer.write_position_deletes_by_home(positions, homes)
+    writer.close()
+    return [(w.path, w.records, spec_id, w.partition) for spec_id, w in written]
 
 
 def _quote(name: str) -> str:

@@ -1,5 +1,5 @@
 """A table's health as maintenance sees it (and ``replicator status`` shows it): snapshots,
-manifests of the head, data files and their average size, delete files of each kind, the
+manifests of the head, partitions holding data, data files and their average size, delete files of each kind, the
 oldest pending equality delete, the last maintenance step."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
 from replicator.iceberg.manifests import manifest_entries, read_manifests
+from replicator.iceberg.partitions import partition_key
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.common import read_last_maintenance
 
@@ -28,6 +29,7 @@ class TableHealth:
     oldest_equality_delete_ms: int | None  # commit time of the oldest pending one
     last_maintenance: str | None  # "<kind> at <UTC time>"
     last_maintenance_ms: int | None
+    partitions: int = 1  # distinct (spec, partition) of the live data files (1: unpartitioned)
 
     @property
     def average_data_file_bytes(self) -> int:
@@ -46,6 +48,7 @@ def table_health(table: Table) -> TableHealth:
     head = table.current_snapshot()
     manifests = data = data_bytes = pos = eq = 0
     oldest_eq: int | None = None
+    homes: set[tuple[int, tuple[object, ...]]] = set()
     if head is not None:
         for m in read_manifests(head, table.io):
             manifests += 1
@@ -54,6 +57,7 @@ def table_health(table: Table) -> TableHealth:
                 if f.content == DataFileContent.DATA:
                     data += 1
                     data_bytes += f.file_size_in_bytes
+                    homes.add((f.spec_id, partition_key(f)))
                 elif f.content == DataFileContent.POSITION_DELETES:
                     pos += 1
                 else:
@@ -67,7 +71,7 @@ def table_health(table: Table) -> TableHealth:
         data_files=data, data_bytes=data_bytes, position_delete_files=pos,
         equality_delete_files=eq, oldest_equality_delete_ms=oldest_eq,
         last_maintenance=f"{kind} at {_utc(at_ms)}" if kind and at_ms else None,
-        last_maintenance_ms=at_ms,
+        last_maintenance_ms=at_ms, partitions=max(1, len(homes)),
     )  # fmt: skip
 
 
@@ -100,11 +104,11 @@ def _size(n: int) -> str:
 
 
 def format_health(rows: list[TableHealth], now_ms: int | None = None) -> str:
-    head = ["table", "snapshots", "manifests", "data files", "avg size", "pos-del files",
+    head = ["table", "snapshots", "manifests", "partitions", "data files", "avg size", "pos-del files",
             "eq-del files", "oldest eq-del", "last maintenance"]  # fmt: skip
     body = [
         [
-            h.identifier, str(h.snapshots), str(h.manifests), str(h.data_files),
+            h.identifier, str(h.snapshots), str(h.manifests), str(h.partitions), str(h.data_files),
             _size(h.average_data_file_bytes), str(h.position_delete_files),
             str(h.equality_delete_files),
             f"{h.equality_delete_age_seconds(now_ms):.0f}s ago" if h.oldest_equality_delete_ms else "-",

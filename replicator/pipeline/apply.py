@@ -69,6 +69,7 @@ from replicator.iceberg.files import (
     position_delete_file_from_parquet,
 )
 from replicator.iceberg.lookup import IcebergRowLookup
+from replicator.iceberg.partitions import global_spec_id, sort_columns
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.crashpoints import crash_point
@@ -95,6 +96,7 @@ from spark.file_writer import (
     WriterSpec,
 )
 from spark.object_storage import delete_file, file_io_properties, open_output
+from spark.partitioning import partition_plan
 
 log = logging.getLogger(__name__)
 
@@ -494,17 +496,22 @@ def _describe(part: _TablePart, result: StageResult) -> _Written:
     """Iceberg DataFiles for the files the stage wrote (footers only)."""
     table = part.state.table
     key_ids = list(table.schema().identifier_field_ids)
+    # The stage wrote with the default spec (``_stage_spec``, same table object); equality
+    # deletes go under the unpartitioned spec, which reaches every partition.
+    spec_id, global_id = table.metadata.default_spec_id, global_spec_id(table)
     out = _Written()
     totals = part.totals
     for f in result.files:
         if f.content == CONTENT_DATA:
-            out.data.append(data_file_from_parquet(table, f.path, file_size=f.size))
+            out.data.append(data_file_from_parquet(table, f.path, file_size=f.size, spec_id=spec_id,
+                                                   partition=f.partition))  # fmt: skip
             totals.rows_written += f.records
         elif f.content == CONTENT_POSITION_DELETES:
-            out.deletes.append(position_delete_file_from_parquet(table, f.path))
+            out.deletes.append(position_delete_file_from_parquet(table, f.path, spec_id=spec_id,
+                                                                 partition=f.partition))  # fmt: skip
             totals.position_deletes += f.records
         elif f.content == CONTENT_EQUALITY_DELETES:
-            out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids))
+            out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids, spec_id=global_id))
             totals.equality_deletes += f.records
     return out
 
@@ -527,6 +534,9 @@ def _stage_spec(state: TableState, plan: BatchPlan) -> StageSpec:
             data_schema=schema_to_pyarrow(schema),
             equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
             position_schema=position_delete_arrow_schema(),
+            partition=partition_plan(table.metadata.spec(), schema),
+            sort_by=sort_columns(table),
+            target_file_bytes=plan.policy.target_file_bytes,
             io_properties=file_io_properties(table.io.properties),
         ),
         key_columns=state.key_columns,
