@@ -1,0 +1,286 @@
+"""Sorted runs: immutable on-disk arrays of index entries, and their merge.
+
+A run is a directory of flat little-endian column files, one entry per key fingerprint,
+sorted by ``(hi, lo)``, each fingerprint at most once:
+
+    hi.u64  lo.u64  file.i32  pos.i64   the entries (file -1 = tombstone: the key is gone)
+    bloom.u8                           bloom filter over the fingerprints (~10 bits a key)
+    sparse.u64                         every STRIDE-th ``hi``: where to start a search
+    meta.json                          count, bloom size, stride: written last
+
+Only ``bloom`` and ``sparse`` are resident (~1.3 bytes a key); the entries are memory-mapped
+for the duration of one lookup or merge and unmapped after, so they live in the page cache,
+not in the process. Runs are written to ``<name>.tmp``, fsynced and renamed: a run either
+exists whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Entries", "Run", "TOMBSTONE", "merge_runs", "write_run"]
+
+TOMBSTONE = -1
+STRIDE = 512  # entries between two sparse samples: a search reads at most one 4 KiB page of hi
+BLOOM_BITS_PER_KEY = 10
+BLOOM_HASHES = 7  # ~0.8% false positives at 10 bits a key
+MERGE_PART_ENTRIES = 4_000_000  # entries a merge holds in memory at once (~150 MB)
+_COLUMNS = (("hi", np.uint64), ("lo", np.uint64), ("file", np.int32), ("pos", np.int64))
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Index entries in memory: parallel arrays."""
+
+    hi: np.ndarray
+    lo: np.ndarray
+    file: np.ndarray
+    pos: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    def take(self, idx: np.ndarray) -> Entries:
+        return Entries(self.hi[idx], self.lo[idx], self.file[idx], self.pos[idx])
+
+    @staticmethod
+    def concat(parts: Sequence[Entries]) -> Entries:
+        if not parts:
+            return Entries(*(np.empty(0, dtype) for _n, dtype in _COLUMNS))
+        return Entries(*(np.concatenate([getattr(p, n) for p in parts]) for n, _d in _COLUMNS))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run on disk, with its resident search structures."""
+
+    path: Path
+    count: int
+    bloom: np.ndarray  # uint8, bit-packed little-endian
+    sparse: np.ndarray  # uint64
+    stride: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @staticmethod
+    def open(path: Path, count: int) -> Run:
+        """Open a run the manifest says holds ``count`` entries; ValueError if it does not."""
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("count") != count:
+            raise ValueError(f"run {path.name} holds {meta.get('count')} entries, manifest says {count}")
+        for name, dtype in _COLUMNS:
+            size = (path / f"{name}.bin").stat().st_size
+            if size != count * np.dtype(dtype).itemsize:
+                raise ValueError(f"run {path.name}: {name}.bin is {size} bytes, expected {count} entries")
+        bloom = np.fromfile(path / "bloom.bin", dtype=np.uint8)
+        sparse = np.fromfile(path / "sparse.bin", dtype=np.uint64)
+        stride = int(meta["stride"])
+        if len(bloom) != meta["bloom_bytes"] or len(sparse) != -(-count // stride):
+            raise ValueError(f"run {path.name}: bloom or sparse index truncated")
+        return Run(path, count, bloom, sparse, stride)
+
+    @contextmanager
+    def entries(self) -> Iterator[Entries]:
+        """The entries, memory-mapped read-only while the block runs."""
+        # Unmapped when the last view goes (refcount), not closed here: a view still held by
+        # an exception's frame would make an explicit close raise over the real error.
+        maps = [np.memmap(self.path / f"{n}.bin", dtype=d, mode="r", shape=(self.count,)) for n, d in _COLUMNS]
+        yield Entries(*maps)
+
+    def disk_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.iterdir())
+
+    def probe(self, hi: np.ndarray, lo: np.ndarray, ents: Entries) -> np.ndarray:
+        """Index in this run of each fingerprint, -1 where absent (``ents`` = ``entries()``)."""
+        out = np.full(len(hi), -1, dtype=np.int64)
+        maybe = np.flatnonzero(_bloom_test(self.bloom, hi, lo))
+        if len(maybe) == 0:
+            return out
+        qh, ql = hi[maybe], lo[maybe]
+        r = np.searchsorted(self.sparse, qh, side="left").astype(np.int64)
+        left = np.maximum((r - 1) * self.stride, 0)
+        right = np.minimum(r * self.stride, self.count)
+        while True:  # vectorised lower bound of qh in ents.hi[left:right]
+            active = left < right
+            if not active.any():
+                break
+            mid = (left + right) // 2
+            mid_val = ents.hi[np.where(active, mid, 0)]
+            go_right = active & (mid_val < qh)
+            left = np.where(go_right, mid + 1, left)
+            right = np.where(active & ~go_right, mid, right)
+        # equal hi are adjacent (sorted by hi, lo): step over the rare 64-bit collisions
+        idx = left
+        pending = idx < self.count
+        while pending.any():
+            cand = np.where(pending, idx, 0)
+            same_hi = pending & (ents.hi[cand] == qh)
+            hit = same_hi & (ents.lo[cand] == ql)
+            out[maybe[hit]] = idx[hit]
+            pending = same_hi & ~hit
+            idx = idx + 1
+            pending &= idx < self.count
+        return out
+
+
+def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: int) -> Iterator[np.ndarray]:
+    h2 = hi | np.uint64(1)
+    m = np.uint64(bits)
+    with np.errstate(over="ignore"):
+        for i in range(BLOOM_HASHES):
+            yield (lo + np.uint64(i) * h2) % m
+
+
+def _bloom_test(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    ok = np.ones(len(hi), dtype=bool)
+    for p in _bloom_positions(hi, lo, len(bloom) * 8):
+        ok &= ((bloom[p >> np.uint64(3)] >> (p & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
+    return ok
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
+    """Write entries (each part sorted by (hi, lo), parts in order, fingerprints unique) as
+    the run ``path``; None (and nothing written) when there are none."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    outs = {n: open(tmp / f"{n}.bin", "wb") for n, _d in _COLUMNS}  # noqa: SIM115
+    count = 0
+    try:
+        for part in parts:
+            for n, dtype in _COLUMNS:
+                np.ascontiguousarray(getattr(part, n), dtype=dtype).tofile(outs[n])
+            count += len(part)
+    finally:
+        for out in outs.values():
+            out.flush()
+            os.fsync(out.fileno())
+            out.close()
+    if count == 0:
+        shutil.rmtree(tmp)
+        return None
+    bloom_bytes = max(8, -(-count * BLOOM_BITS_PER_KEY // 8))
+    hi = np.memmap(tmp / "hi.bin", dtype=np.uint64, mode="r", shape=(count,))
+    lo = np.memmap(tmp / "lo.bin", dtype=np.uint64, mode="r", shape=(count,))
+    bits = np.zeros(bloom_bytes * 8, dtype=bool)
+    for start in range(0, count, MERGE_PART_ENTRIES):
+        h, low = np.asarray(hi[start : start + MERGE_PART_ENTRIES]), np.asarray(lo[start : start + MERGE_PART_ENTRIES])
+        for p in _bloom_positions(h, low, len(bits)):
+            bits[p] = True
+    stride = STRIDE
+    sparse = np.array(hi[::stride])
+    del hi, lo
+    for name, arr in (("bloom", np.packbits(bits, bitorder="little")), ("sparse", sparse)):
+        with open(tmp / f"{name}.bin", "wb") as f:
+            arr.tofile(f)
+            f.flush()
+            os.fsync(f.fileno())
+    with open(tmp / "meta.json", "w") as f:
+        json.dump({"count": count, "bloom_bytes": bloom_bytes, "stride": stride}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+    _fsync_dir(path.parent)
+    return Run.open(path, count)
+
+
+def sort_unique(ents: Entries, duplicates: str) -> Entries:
+    """Sort by (hi, lo); on equal fingerprints keep the last given (``duplicates="last"``) or
+    raise DuplicateFingerprint (``"error"``) naming the positions in ``ents``."""
+    order = np.lexsort((np.arange(len(ents))[::-1], ents.lo, ents.hi))
+    s = ents.take(order)
+    same = (s.hi[1:] == s.hi[:-1]) & (s.lo[1:] == s.lo[:-1])
+    if same.any():
+        if duplicates == "error":
+            i = int(np.flatnonzero(same)[0])
+            raise DuplicateFingerprint(int(order[i]), int(order[i + 1]))
+        s = s.take(np.concatenate([[True], ~same]))
+    return s
+
+
+class DuplicateFingerprint(ValueError):
+    """Two entries of one set share a key: ``first`` and ``second`` index the input."""
+
+    def __init__(self, first: int, second: int) -> None:
+        super().__init__(f"entries {first} and {second} hold the same key")
+        self.first, self.second = first, second
+
+
+def merge_runs(
+    runs: Sequence[Run],
+    path: Path,
+    dead_files: np.ndarray,
+    complete: bool,
+    duplicates: str = "newest",
+) -> Run | None:
+    """Merge ``runs`` (oldest first) into the run ``path``, newest entry per key.
+
+    Entries of dead files are dropped, tombstones too, when ``complete`` (the merge holds
+    every run, so nothing older can resurface); otherwise both stay as tombstones, masking the
+    older runs' entries. ``duplicates="error"`` raises DuplicateFingerprint (first, second
+    as (run index, entry index) packed as run*2**40+i) when two runs hold one key.
+    """
+    total = sum(r.count for r in runs)
+    parts = max(1, -(-total // MERGE_PART_ENTRIES))
+    bounds = [np.uint64(min(2**64 - 1, (2**64 * j) // parts)) for j in range(parts)]
+
+    def pieces(stack: list[Entries]) -> Iterator[Entries]:
+        for j in range(parts):
+            chunks, ages, where = [], [], []
+            for age, ents in enumerate(stack):
+                a = 0 if j == 0 else int(np.searchsorted(ents.hi, bounds[j], side="left"))
+                b = len(ents.hi) if j == parts - 1 else int(np.searchsorted(ents.hi, bounds[j + 1], side="left"))
+                if b > a:
+                    chunks.append(Entries(*(np.asarray(getattr(ents, n)[a:b]) for n, _d in _COLUMNS)))
+                    ages.append(np.full(b - a, age, dtype=np.int64))
+                    where.append(np.arange(a, b, dtype=np.int64) + (age << 40))
+            if not chunks:
+                continue
+            ents = Entries.concat(chunks)
+            order = np.lexsort((np.concatenate(ages), ents.lo, ents.hi))
+            s = ents.take(order)
+            same = (s.hi[1:] == s.hi[:-1]) & (s.lo[1:] == s.lo[:-1])
+            if same.any() and duplicates == "error":
+                i = int(np.flatnonzero(same)[0])
+                w = np.concatenate(where)[order]
+                raise DuplicateFingerprint(int(w[i]), int(w[i + 1]))
+            newest = np.concatenate([~same, [True]])  # ages ascend: the last of a group is newest
+            s = s.take(newest)
+            gone = (s.file == TOMBSTONE) | np.isin(s.file, dead_files)
+            if complete:
+                s = s.take(~gone)
+            else:
+                s = Entries(s.hi, s.lo, np.where(gone, TOMBSTONE, s.file).astype(np.int32), s.pos)
+            yield s
+
+    with _all_entries(runs) as stack:
+        return write_run(path, pieces(stack))
+
+
+@contextmanager
+def _all_entries(runs: Sequence[Run]) -> Iterator[list[Entries]]:
+    opened = [r.entries() for r in runs]
+    try:
+        yield [o.__enter__() for o in opened]
+    finally:
+        for o in opened:
+            o.__exit__(None, None, None)
