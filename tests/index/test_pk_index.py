@@ -123,3 +123,12 @@ def test_rebuild_equals_incremental(tmp_path: Path) -> None:
     assert found.positions.tolist() == list(range(20)) + [2 * i for i in range(30)]
     with pytest.raises(ValueError, match="keys of types"):
         rebuilt.lookup([keys], 9)
+
+
+def test_compacting_a_file_does_not_touch_keys_that_moved_out_of_it(tmp_path: Path) -> None:
+    index = PrimaryKeyIndex.create(tmp_path / "i")
+    index.apply_batch(None, 1, [FileRows("a", ints(1, 2, 3))])
+    index.apply_batch(1, 2, [FileRows("b", ints(1))], removed=ints(1))  # a#0 deleted, 1 now in b
+    assert index.run_counts == (3, 1)  # a's stale entry for 1 is still on disk
+    index.rewrite(2, 3, [FileMove("a", "c", np.array([-1, 0, 1]))])
+    assert where(index, 3, 1, 2, 3) == [("b", 0), ("c", 0), ("c", 1)]
