@@ -305,6 +305,8 @@ class PrimaryKeyIndex:
 
     def _find(self, hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(file id, pos) of each fingerprint's newest live entry; (-1, -1) where none."""
+        order = np.argsort(hi)  # sorted probes touch run pages in order
+        hi, lo = hi[order], lo[order]
         fid = np.full(len(hi), _ABSENT, dtype=np.int32)
         pos = np.full(len(hi), _ABSENT, dtype=np.int64)
         open_ = np.ones(len(hi), dtype=bool)
@@ -321,7 +323,9 @@ class PrimaryKeyIndex:
         gone = (fid == TOMBSTONE) | np.isin(fid, self._dead)
         fid[gone] = _ABSENT
         pos[gone] = _ABSENT
-        return fid, pos
+        out_fid, out_pos = np.empty_like(fid), np.empty_like(pos)
+        out_fid[order], out_pos[order] = fid, pos
+        return out_fid, out_pos
 
     def _change(
         self,

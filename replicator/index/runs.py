@@ -17,6 +17,7 @@ exists whole or not at all.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
@@ -93,8 +94,12 @@ class Run:
     def entries(self) -> Iterator[Entries]:
         """The entries, memory-mapped read-only while the block runs."""
         # Unmapped when the last view goes (refcount), not closed here: a view still held by
-        # an exception's frame would make an explicit close raise over the real error.
-        maps = [np.memmap(self.path / f"{n}.bin", dtype=d, mode="r", shape=(self.count,)) for n, d in _COLUMNS]
+        # an exception's frame would make an explicit close raise over the real error. Plain
+        # arrays over mmap objects: np.memmap's indexing costs more than the lookups.
+        maps = []
+        for n, d in _COLUMNS:
+            with open(self.path / f"{n}.bin", "rb") as f:
+                maps.append(np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=d))
         yield Entries(*maps)
 
     def disk_bytes(self) -> int:
@@ -134,11 +139,14 @@ class Run:
 
 
 def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: int) -> Iterator[np.ndarray]:
-    h2 = hi | np.uint64(1)
+    """Bit positions of each fingerprint: double hashing, each 32-bit hash scaled to
+    [0, bits) by a multiply and a shift (no division; ``bits`` < 2**32)."""
+    h2 = (hi >> np.uint64(32)) | np.uint64(1)
     m = np.uint64(bits)
+    mask = np.uint64(0xFFFFFFFF)
     with np.errstate(over="ignore"):
         for i in range(BLOOM_HASHES):
-            yield (lo + np.uint64(i) * h2) % m
+            yield (((lo + np.uint64(i) * h2) & mask) * m) >> np.uint64(32)
 
 
 def _bloom_test(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -177,7 +185,7 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
     if count == 0:
         shutil.rmtree(tmp)
         return None
-    bloom_bytes = max(8, -(-count * BLOOM_BITS_PER_KEY // 8))
+    bloom_bytes = min(max(8, -(-count * BLOOM_BITS_PER_KEY // 8)), 2**29 - 1)
     hi = np.memmap(tmp / "hi.bin", dtype=np.uint64, mode="r", shape=(count,))
     lo = np.memmap(tmp / "lo.bin", dtype=np.uint64, mode="r", shape=(count,))
     bits = np.zeros(bloom_bytes * 8, dtype=bool)
@@ -203,17 +211,33 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
     return Run.open(path, count)
 
 
+def sort_order(hi: np.ndarray, lo: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """The permutation sorting by (hi, lo, tie). One unstable argsort on ``hi`` (SIMD fast);
+    only the rare runs of equal ``hi`` are ordered again by (lo, tie)."""
+    order = np.argsort(hi)
+    h = hi[order]
+    eq = h[1:] == h[:-1]
+    if eq.any():
+        involved = np.zeros(len(hi), dtype=bool)
+        involved[1:] |= eq
+        involved[:-1] |= eq
+        slots = np.flatnonzero(involved)  # whole groups of equal hi, contiguous once sorted
+        sub = order[slots]
+        order[slots] = sub[np.lexsort((tie[sub], lo[sub], hi[sub]))]
+    return order
+
+
 def sort_unique(ents: Entries, duplicates: str) -> Entries:
     """Sort by (hi, lo); on equal fingerprints keep the last given (``duplicates="last"``) or
     raise DuplicateFingerprint (``"error"``) naming the positions in ``ents``."""
-    order = np.lexsort((np.arange(len(ents))[::-1], ents.lo, ents.hi))
+    order = sort_order(ents.hi, ents.lo, np.arange(len(ents)))
     s = ents.take(order)
     same = (s.hi[1:] == s.hi[:-1]) & (s.lo[1:] == s.lo[:-1])
     if same.any():
         if duplicates == "error":
             i = int(np.flatnonzero(same)[0])
             raise DuplicateFingerprint(int(order[i]), int(order[i + 1]))
-        s = s.take(np.concatenate([[True], ~same]))
+        s = s.take(np.concatenate([~same, [True]]))  # the last given of each key
     return s
 
 
@@ -256,7 +280,7 @@ def merge_runs(
             if not chunks:
                 continue
             ents = Entries.concat(chunks)
-            order = np.lexsort((np.concatenate(ages), ents.lo, ents.hi))
+            order = sort_order(ents.hi, ents.lo, np.concatenate(ages))
             s = ents.take(order)
             same = (s.hi[1:] == s.hi[:-1]) & (s.lo[1:] == s.lo[:-1])
             if same.any() and duplicates == "error":

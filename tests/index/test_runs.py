@@ -48,3 +48,17 @@ def test_partial_merge_keeps_tombstones_complete_merge_drops_them(tmp_path: Path
         assert p.hi.tolist() == [2, 3, 4] and p.file.tolist() == [TOMBSTONE] * 3
     with full.entries() as f:
         assert f.hi.tolist() == [1] and f.file.tolist() == [0]
+
+
+def test_sort_unique_keeps_the_last_given_of_each_key_among_colliding_hi() -> None:
+    rng = np.random.default_rng(3)
+    n = 3000
+    hi = rng.integers(0, 20, n, dtype=np.uint64)
+    lo = rng.integers(0, 40, n, dtype=np.uint64)
+    ents = Entries(hi, lo, np.zeros(n, np.int32), np.arange(n, dtype=np.int64))
+    s = sort_unique(ents, "last")
+    model: dict[tuple[int, int], int] = {}
+    for i, (h, lw) in enumerate(zip(hi.tolist(), lo.tolist(), strict=True)):
+        model[(h, lw)] = i
+    assert list(zip(s.hi.tolist(), s.lo.tolist(), strict=True)) == sorted(model)
+    assert s.pos.tolist() == [model[k] for k in sorted(model)]
