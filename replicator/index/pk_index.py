@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from replicator.index.errors import DuplicateKeyError, IndexCorruptError, StaleIndexError
 from replicator.index.keys import fingerprint, key_type_names
-from replicator.index.manifest import Manifest, read_manifest, write_manifest
+from replicator.index.manifest import MANIFEST, Manifest, read_manifest, write_manifest
 from replicator.index.runs import (
     MERGE_PART_ENTRIES,
     TOMBSTONE,
@@ -99,7 +99,11 @@ def _columns(keys: KeyColumns) -> list[pa.Array | pa.ChunkedArray]:
 
 
 def _wipe(directory: Path) -> None:
+    """Empty ``directory`` for a new index; refuse one holding anything but an index."""
     if directory.exists():
+        foreign = [p.name for p in directory.iterdir() if not p.name.startswith((MANIFEST, "run-"))]
+        if foreign:
+            raise ValueError(f"{directory} holds {sorted(foreign)[:3]}: not an index directory, not wiped")
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
 

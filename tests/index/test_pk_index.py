@@ -132,3 +132,11 @@ def test_compacting_a_file_does_not_touch_keys_that_moved_out_of_it(tmp_path: Pa
     assert index.run_counts == (3, 1)  # a's stale entry for 1 is still on disk
     index.rewrite(2, 3, [FileMove("a", "c", np.array([-1, 0, 1]))])
     assert where(index, 3, 1, 2, 3) == [("b", 0), ("c", 0), ("c", 1)]
+
+
+def test_a_directory_holding_other_files_is_never_wiped(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "dead_letters.jsonl").write_text("x")
+    with pytest.raises(ValueError, match="not an index directory"):
+        PrimaryKeyIndex.create(tmp_path / "s")
+    assert (tmp_path / "s" / "dead_letters.jsonl").exists()
