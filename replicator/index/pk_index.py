@@ -225,7 +225,7 @@ class PrimaryKeyIndex:
 
     def resident_bytes(self) -> int:
         """Bytes this index keeps in memory (bloom filters, sparse samples, file registry)."""
-        return sum(r.bloom.nbytes + r.sparse.nbytes for r in self._runs) + sum(
+        return sum(r.bloom.nbytes + r.segments.nbytes + r.sparse.nbytes for r in self._runs) + sum(
             len(p) + 16 for _i, p in self._m.files
         )
 

@@ -4,11 +4,11 @@ A run is a directory of flat little-endian column files, one entry per key finge
 sorted by ``(hi, lo)``, each fingerprint at most once:
 
     hi.u64  lo.u64  file.i32  pos.i64   the entries (file -1 = tombstone: the key is gone)
-    bloom.u8                           bloom filter over the fingerprints (~10 bits a key)
+    bloom.u8  segments.i64             bloom filter (~10 bits a key), one segment per range of hi
     sparse.u64                         every STRIDE-th ``hi``: where to start a search
     meta.json                          count, bloom size, stride: written last
 
-Only ``bloom`` and ``sparse`` are resident (~1.3 bytes a key); the entries are memory-mapped
+Only ``bloom``, ``segments`` and ``sparse`` are resident (~1.3 bytes a key); the entries are memory-mapped
 for the duration of one lookup or merge and unmapped after, so they live in the page cache,
 not in the process. Runs are written to ``<name>.tmp``, fsynced and renamed: a run either
 exists whole or not at all.
@@ -33,7 +33,8 @@ TOMBSTONE = -1
 STRIDE = 512  # entries between two sparse samples: a search reads at most one 4 KiB page of hi
 BLOOM_BITS_PER_KEY = 10
 BLOOM_HASHES = 7  # ~0.8% false positives at 10 bits a key
-MERGE_PART_ENTRIES = 4_000_000  # entries a merge holds in memory at once (~150 MB)
+BLOOM_SEGMENT_ENTRIES = 1 << 20  # keys per bloom segment (built 10 bytes a key at a time)
+MERGE_PART_ENTRIES = 2_000_000  # entries a merge or a rebuild holds in memory at once
 _COLUMNS = (("hi", np.uint64), ("lo", np.uint64), ("file", np.int32), ("pos", np.int64))
 
 
@@ -65,7 +66,9 @@ class Run:
 
     path: Path
     count: int
-    bloom: np.ndarray  # uint8, bit-packed little-endian
+    bloom: np.ndarray  # uint8, bit-packed little-endian, one segment per range of hi
+    segments: np.ndarray  # int64: byte offset of each segment in bloom, and the end
+    segment_bits: int  # the top segment_bits of hi pick the segment
     sparse: np.ndarray  # uint64
     stride: int
 
@@ -84,11 +87,13 @@ class Run:
             if size != count * np.dtype(dtype).itemsize:
                 raise ValueError(f"run {path.name}: {name}.bin is {size} bytes, expected {count} entries")
         bloom = np.fromfile(path / "bloom.bin", dtype=np.uint8)
+        segments = np.fromfile(path / "segments.bin", dtype=np.int64)
         sparse = np.fromfile(path / "sparse.bin", dtype=np.uint64)
-        stride = int(meta["stride"])
-        if len(bloom) != meta["bloom_bytes"] or len(sparse) != -(-count // stride):
+        stride, segment_bits = int(meta["stride"]), int(meta["segment_bits"])
+        if (len(segments) != 2**segment_bits + 1 or len(bloom) != segments[-1]
+                or len(sparse) != -(-count // stride)):  # fmt: skip
             raise ValueError(f"run {path.name}: bloom or sparse index truncated")
-        return Run(path, count, bloom, sparse, stride)
+        return Run(path, count, bloom, segments, segment_bits, sparse, stride)
 
     @contextmanager
     def entries(self) -> Iterator[Entries]:
@@ -108,7 +113,7 @@ class Run:
     def probe(self, hi: np.ndarray, lo: np.ndarray, ents: Entries) -> np.ndarray:
         """Index in this run of each fingerprint, -1 where absent (``ents`` = ``entries()``)."""
         out = np.full(len(hi), -1, dtype=np.int64)
-        maybe = np.flatnonzero(_bloom_test(self.bloom, hi, lo))
+        maybe = np.flatnonzero(self._bloom_test(hi, lo))
         if len(maybe) == 0:
             return out
         qh, ql = hi[maybe], lo[maybe]
@@ -138,22 +143,57 @@ class Run:
         return out
 
 
-def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: int) -> Iterator[np.ndarray]:
-    """Bit positions of each fingerprint: double hashing, each 32-bit hash scaled to
-    [0, bits) by a multiply and a shift (no division; ``bits`` < 2**32)."""
+    def _bloom_test(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        seg = _segment(hi, self.segment_bits)
+        start, end = self.segments[seg], self.segments[seg + 1]
+        ok = np.ones(len(hi), dtype=bool)
+        for p in _bloom_positions(hi, lo, (end - start).astype(np.uint64) * np.uint64(8)):
+            p = p + start.astype(np.uint64) * np.uint64(8)
+            ok &= ((self.bloom[p >> np.uint64(3)] >> (p & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
+        return ok
+
+
+def _segment(hi: np.ndarray, segment_bits: int) -> np.ndarray:
+    if segment_bits == 0:
+        return np.zeros(len(hi), dtype=np.int64)
+    return (hi >> np.uint64(64 - segment_bits)).astype(np.int64)
+
+
+def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: np.ndarray) -> Iterator[np.ndarray]:
+    """Bit positions of each fingerprint within its segment of ``bits`` bits: double hashing,
+    each 32-bit hash scaled to [0, bits) by a multiply and a shift (no division)."""
     h2 = (hi >> np.uint64(32)) | np.uint64(1)
-    m = np.uint64(bits)
     mask = np.uint64(0xFFFFFFFF)
     with np.errstate(over="ignore"):
         for i in range(BLOOM_HASHES):
-            yield (((lo + np.uint64(i) * h2) & mask) * m) >> np.uint64(32)
+            yield (((lo + np.uint64(i) * h2) & mask) * bits) >> np.uint64(32)
 
 
-def _bloom_test(bloom: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    ok = np.ones(len(hi), dtype=bool)
-    for p in _bloom_positions(hi, lo, len(bloom) * 8):
-        ok &= ((bloom[p >> np.uint64(3)] >> (p & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
-    return ok
+def _write_bloom(tmp: Path, hi: np.ndarray, lo: np.ndarray) -> int:
+    """The bloom filter of a sorted run, built one segment (a range of hi, at most about
+    BLOOM_SEGMENT_ENTRIES keys) at a time so building it needs little memory; returns the
+    segment bits."""
+    count = len(hi)
+    segment_bits = max(0, int(np.ceil(np.log2(max(1.0, count / BLOOM_SEGMENT_ENTRIES)))))
+    n = 2**segment_bits
+    bounds = [0] + [int(np.searchsorted(hi, np.uint64(j << (64 - segment_bits)))) for j in range(1, n)] + [count]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    with open(tmp / "bloom.bin", "wb") as f:
+        for j in range(n):
+            h, low = np.asarray(hi[bounds[j] : bounds[j + 1]]), np.asarray(lo[bounds[j] : bounds[j + 1]])
+            nbytes = max(8, -(-len(h) * BLOOM_BITS_PER_KEY // 8))
+            bits = np.zeros(nbytes * 8, dtype=bool)
+            for p in _bloom_positions(h, low, np.full(len(h), nbytes * 8, dtype=np.uint64)):
+                bits[p] = True
+            np.packbits(bits, bitorder="little").tofile(f)
+            offsets[j + 1] = offsets[j] + nbytes
+        f.flush()
+        os.fsync(f.fileno())
+    with open(tmp / "segments.bin", "wb") as f:
+        offsets.tofile(f)
+        f.flush()
+        os.fsync(f.fileno())
+    return segment_bits
 
 
 def _fsync_dir(path: Path) -> None:
@@ -185,24 +225,18 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
     if count == 0:
         shutil.rmtree(tmp)
         return None
-    bloom_bytes = min(max(8, -(-count * BLOOM_BITS_PER_KEY // 8)), 2**29 - 1)
     hi = np.memmap(tmp / "hi.bin", dtype=np.uint64, mode="r", shape=(count,))
     lo = np.memmap(tmp / "lo.bin", dtype=np.uint64, mode="r", shape=(count,))
-    bits = np.zeros(bloom_bytes * 8, dtype=bool)
-    for start in range(0, count, MERGE_PART_ENTRIES):
-        h, low = np.asarray(hi[start : start + MERGE_PART_ENTRIES]), np.asarray(lo[start : start + MERGE_PART_ENTRIES])
-        for p in _bloom_positions(h, low, len(bits)):
-            bits[p] = True
+    segment_bits = _write_bloom(tmp, hi, lo)
     stride = STRIDE
     sparse = np.array(hi[::stride])
     del hi, lo
-    for name, arr in (("bloom", np.packbits(bits, bitorder="little")), ("sparse", sparse)):
-        with open(tmp / f"{name}.bin", "wb") as f:
-            arr.tofile(f)
-            f.flush()
-            os.fsync(f.fileno())
+    with open(tmp / "sparse.bin", "wb") as f:
+        sparse.tofile(f)
+        f.flush()
+        os.fsync(f.fileno())
     with open(tmp / "meta.json", "w") as f:
-        json.dump({"count": count, "bloom_bytes": bloom_bytes, "stride": stride}, f)
+        json.dump({"count": count, "segment_bits": segment_bits, "stride": stride}, f)
         f.flush()
         os.fsync(f.fileno())
     shutil.rmtree(path, ignore_errors=True)

@@ -191,7 +191,8 @@ def run_steps(directory: Path, steps: list[tuple[str, Any, bool]], composite: bo
 @settings(max_examples=60, deadline=None)
 @given(st.lists(step, min_size=1, max_size=25), st.booleans())
 def test_index_answers_like_the_model(steps: list[tuple[str, Any, bool]], composite: bool) -> None:
-    # tiny strides and merge parts: multi-part merges and sparse searches happen on small data
+    # tiny strides, merge parts and bloom segments: multi-part merges and sparse searches happen on small data
     with mock.patch.object(runs, "STRIDE", 2), mock.patch.object(runs, "MERGE_PART_ENTRIES", 3), \
+            mock.patch.object(runs, "BLOOM_SEGMENT_ENTRIES", 2), \
             mock.patch.object(pk_index, "MERGE_PART_ENTRIES", 3), tempfile.TemporaryDirectory() as tmp:  # fmt: skip
         run_steps(Path(tmp), steps, composite)

@@ -19,10 +19,11 @@ def entries(hi: list[int], lo: list[int], file: list[int], pos: list[int]) -> En
 def test_probe_finds_all_and_only_present_keys_with_colliding_hi(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     n = 5000
-    hi = rng.integers(0, 300, n, dtype=np.uint64)  # many equal hi: lo must decide
+    # many equal hi (lo must decide), spread over the whole range (bloom segments)
+    hi = rng.integers(0, 300, n, dtype=np.uint64) * np.uint64(2**55)
     lo = rng.integers(0, 2**63, n, dtype=np.uint64)
     ents = sort_unique(Entries(hi, lo, np.zeros(n, np.int32), np.arange(n, dtype=np.int64)), "last")
-    with mock.patch.object(runs, "STRIDE", 16):
+    with mock.patch.object(runs, "STRIDE", 16), mock.patch.object(runs, "BLOOM_SEGMENT_ENTRIES", 100):
         run = write_run(tmp_path / "r", [ents])
         assert run is not None
         reopened = runs.Run.open(tmp_path / "r", run.count)
