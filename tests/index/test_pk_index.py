@@ -140,3 +140,13 @@ def test_a_directory_holding_other_files_is_never_wiped(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not an index directory"):
         PrimaryKeyIndex.create(tmp_path / "s")
     assert (tmp_path / "s" / "dead_letters.jsonl").exists()
+
+
+def test_runs_left_by_a_crash_are_removed_on_open(tmp_path: Path) -> None:
+    index = PrimaryKeyIndex.create(tmp_path / "i")
+    index.apply_batch(None, 1, [FileRows("d1", ints(1, 2))])
+    (tmp_path / "i" / "run-00000099.tmp").mkdir()  # a run being written
+    (tmp_path / "i" / "run-00000098").mkdir()  # a run written, its manifest never replaced
+    reopened = PrimaryKeyIndex.open(tmp_path / "i")
+    assert sorted(p.name for p in (tmp_path / "i").iterdir() if p.is_dir()) == ["run-00000000"]
+    assert where(reopened, 1, 1, 2) == [("d1", 0), ("d1", 1)]
