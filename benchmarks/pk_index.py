@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 FILE_ROWS = 100_000
+_SPREAD = 2_654_435_761  # a prime: coprime with every size given in powers of ten
 BATCH = 10_000
 
 
@@ -74,18 +75,25 @@ def measure(n: int, kind: str, directory: Path, lookup_batches: int, apply_batch
     from replicator.index import FileRows, PrimaryKeyIndex
 
     rng = np.random.default_rng(1)
-    ids = rng.permutation(n).astype(np.int64) * 2  # even ids present, odd ids absent
+
+    def key_of(i: np.ndarray) -> np.ndarray:
+        """Present key number i (0 <= i < n): a permutation of the even numbers < 2n, made on
+        the fly (no n-sized array in the measuring process); odd numbers are never present."""
+        return ((i.astype(np.int64) * _SPREAD) % n) * 2
+
     # warm-up: the first use of every code path (imports, kernels, caches) costs ~30 MB once
-    small = PrimaryKeyIndex.rebuild(directory.with_name("warmup"), 1, [FileRows("w", _keys(ids[:10_000], kind))])
-    small.lookup(_keys(ids[:BATCH], kind), 1)
-    small.apply_batch(1, 2, [FileRows("w2", _keys(ids[:10], kind))], removed=_keys(ids[:10], kind))
+    first = key_of(np.arange(10_000))
+    small = PrimaryKeyIndex.rebuild(directory.with_name("warmup"), 1, [FileRows("w", _keys(first, kind))])
+    small.lookup(_keys(first, kind), 1)
+    small.apply_batch(1, 2, [FileRows("w2", _keys(first[:10], kind))], removed=_keys(first[:10], kind))
     del small
     _release()
     rss0 = _status("VmRSS")
 
     def files() -> Any:
         for start in range(0, n, FILE_ROWS):
-            yield FileRows(f"s3://bucket/t/data/{start // FILE_ROWS:08d}.parquet", _keys(ids[start : start + FILE_ROWS], kind))
+            part = key_of(np.arange(start, min(n, start + FILE_ROWS)))
+            yield FileRows(f"s3://bucket/t/data/{start // FILE_ROWS:08d}.parquet", _keys(part, kind))
 
     t0 = time.perf_counter()
     index = PrimaryKeyIndex.rebuild(directory, 1, files())
@@ -101,7 +109,7 @@ def measure(n: int, kind: str, directory: Path, lookup_batches: int, apply_batch
         rates = []
         for _ in range(lookup_batches):
             present = int(BATCH * hits)
-            q = np.concatenate([rng.choice(ids, present), rng.integers(0, n, BATCH - present) * 2 + 1])
+            q = np.concatenate([key_of(rng.integers(0, n, present)), rng.integers(0, n, BATCH - present) * 2 + 1])
             cols = _keys(q, kind)
             t = time.perf_counter()
             found = index.lookup(cols, index.snapshot_id)
@@ -115,9 +123,9 @@ def measure(n: int, kind: str, directory: Path, lookup_batches: int, apply_batch
     next_new = 2 * n + 1
     snap = index.snapshot_id or 1
     for b in range(apply_batches):
-        upd = rng.choice(ids, BATCH // 2, replace=False)
-        new = np.arange(next_new, next_new + 2 * (BATCH // 2), 2, dtype=np.int64)
-        next_new += 2 * (BATCH // 2)
+        upd = key_of(np.unique(rng.integers(0, n, BATCH // 2)))
+        new = np.arange(next_new, next_new + 2 * (BATCH - len(upd)), 2, dtype=np.int64)
+        next_new += 2 * (BATCH - len(upd))
         rows = FileRows(f"s3://bucket/t/data/b{b:08d}.parquet", _keys(np.concatenate([upd, new]), kind))
         index.apply_batch(snap, snap + 1, [rows], removed=_keys(upd, kind))
         snap += 1

@@ -422,11 +422,11 @@ class PrimaryKeyIndex:
         old_ids = np.array(sorted(by_old), dtype=np.int32)
         found: list[Entries] = []
         for run in self._runs:
-            with run.entries() as ents:
-                for start in range(0, run.count, MERGE_PART_ENTRIES):
-                    f = np.asarray(ents.file[start : start + MERGE_PART_ENTRIES])
-                    sel = np.flatnonzero(np.isin(f, old_ids)) + start
-                    if len(sel):
+            for start in range(0, run.count, MERGE_PART_ENTRIES):
+                f = run.read_column("file", start, min(run.count, start + MERGE_PART_ENTRIES))
+                sel = np.flatnonzero(np.isin(f, old_ids)) + start
+                if len(sel):
+                    with run.entries() as ents:
                         found.append(ents.take(sel))
         cand = Entries.concat(found)
         fid, pos = self._find(cand.hi, cand.lo)

@@ -107,6 +107,18 @@ class Run:
                 maps.append(np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=d))
         yield Entries(*maps)
 
+    def read_entries(self, a: int, b: int) -> Entries:
+        """Entries a..b read into memory (no mapping kept: sequential reads of merges and
+        scans leave nothing resident)."""
+        return Entries(*(_read(self.path / f"{n}.bin", d, a, b) for n, d in _COLUMNS))
+
+    def read_column(self, name: str, a: int, b: int) -> np.ndarray:
+        return _read(self.path / f"{name}.bin", dict(_COLUMNS)[name], a, b)
+
+    def lower_bound(self, value: np.uint64) -> int:
+        """The first entry whose hi is >= ``value``."""
+        return _lower_bound(self.path / "hi.bin", self.sparse, self.stride, self.count, value)
+
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.iterdir())
 
@@ -153,6 +165,17 @@ class Run:
         return ok
 
 
+def _read(path: Path, dtype: type, a: int, b: int) -> np.ndarray:
+    return np.fromfile(path, dtype=dtype, count=b - a, offset=a * np.dtype(dtype).itemsize)
+
+
+def _lower_bound(hi_path: Path, sparse: np.ndarray, stride: int, count: int, value: np.uint64) -> int:
+    # sparse[k] = hi[k * stride]: the answer lies in ((r - 1) * stride, r * stride]
+    r = int(np.searchsorted(sparse, value, side="left"))
+    a, b = max((r - 1) * stride, 0), min(r * stride, count)
+    return a + int(np.searchsorted(_read(hi_path, np.uint64, a, b), value, side="left"))
+
+
 def _segment(hi: np.ndarray, segment_bits: int) -> np.ndarray:
     if segment_bits == 0:
         return np.zeros(len(hi), dtype=np.int64)
@@ -169,18 +192,20 @@ def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: np.ndarray) -> Iterat
             yield (((lo + np.uint64(i) * h2) & mask) * bits) >> np.uint64(32)
 
 
-def _write_bloom(tmp: Path, hi: np.ndarray, lo: np.ndarray) -> int:
-    """The bloom filter of a sorted run, built one segment (a range of hi, at most about
-    BLOOM_SEGMENT_ENTRIES keys) at a time so building it needs little memory; returns the
-    segment bits."""
-    count = len(hi)
+def _write_bloom(tmp: Path, count: int, sparse: np.ndarray, stride: int) -> int:
+    """The bloom filter of the sorted run being written in ``tmp``, built one segment (a
+    range of hi, at most about BLOOM_SEGMENT_ENTRIES keys) at a time so building it needs
+    little memory; returns the segment bits."""
     segment_bits = max(0, int(np.ceil(np.log2(max(1.0, count / BLOOM_SEGMENT_ENTRIES)))))
     n = 2**segment_bits
-    bounds = [0] + [int(np.searchsorted(hi, np.uint64(j << (64 - segment_bits)))) for j in range(1, n)] + [count]
+    hi_path = tmp / "hi.bin"
+    bounds = [0] + [_lower_bound(hi_path, sparse, stride, count, np.uint64(j << (64 - segment_bits)))
+                    for j in range(1, n)] + [count]  # fmt: skip
     offsets = np.zeros(n + 1, dtype=np.int64)
     with open(tmp / "bloom.bin", "wb") as f:
         for j in range(n):
-            h, low = np.asarray(hi[bounds[j] : bounds[j + 1]]), np.asarray(lo[bounds[j] : bounds[j + 1]])
+            a, b = bounds[j], bounds[j + 1]
+            h, low = _read(hi_path, np.uint64, a, b), _read(tmp / "lo.bin", np.uint64, a, b)
             nbytes = max(8, -(-len(h) * BLOOM_BITS_PER_KEY // 8))
             bits = np.zeros(nbytes * 8, dtype=bool)
             for p in _bloom_positions(h, low, np.full(len(h), nbytes * 8, dtype=np.uint64)):
@@ -212,10 +237,13 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
     tmp.mkdir(parents=True)
     outs = {n: open(tmp / f"{n}.bin", "wb") for n, _d in _COLUMNS}  # noqa: SIM115
     count = 0
+    stride = STRIDE
+    samples = []
     try:
         for part in parts:
             for n, dtype in _COLUMNS:
                 np.ascontiguousarray(getattr(part, n), dtype=dtype).tofile(outs[n])
+            samples.append(np.asarray(part.hi[(-count) % stride :: stride], dtype=np.uint64))
             count += len(part)
     finally:
         for out in outs.values():
@@ -225,12 +253,8 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
     if count == 0:
         shutil.rmtree(tmp)
         return None
-    hi = np.memmap(tmp / "hi.bin", dtype=np.uint64, mode="r", shape=(count,))
-    lo = np.memmap(tmp / "lo.bin", dtype=np.uint64, mode="r", shape=(count,))
-    segment_bits = _write_bloom(tmp, hi, lo)
-    stride = STRIDE
-    sparse = np.array(hi[::stride])
-    del hi, lo
+    sparse = np.concatenate(samples)
+    segment_bits = _write_bloom(tmp, count, sparse, stride)
     with open(tmp / "sparse.bin", "wb") as f:
         sparse.tofile(f)
         f.flush()
@@ -301,14 +325,14 @@ def merge_runs(
     parts = max(1, -(-total // MERGE_PART_ENTRIES))
     bounds = [np.uint64(min(2**64 - 1, (2**64 * j) // parts)) for j in range(parts)]
 
-    def pieces(stack: list[Entries]) -> Iterator[Entries]:
+    def pieces() -> Iterator[Entries]:
         for j in range(parts):
             chunks, ages, where = [], [], []
-            for age, ents in enumerate(stack):
-                a = 0 if j == 0 else int(np.searchsorted(ents.hi, bounds[j], side="left"))
-                b = len(ents.hi) if j == parts - 1 else int(np.searchsorted(ents.hi, bounds[j + 1], side="left"))
+            for age, run in enumerate(runs):
+                a = 0 if j == 0 else run.lower_bound(bounds[j])
+                b = run.count if j == parts - 1 else run.lower_bound(bounds[j + 1])
                 if b > a:
-                    chunks.append(Entries(*(np.asarray(getattr(ents, n)[a:b]) for n, _d in _COLUMNS)))
+                    chunks.append(run.read_entries(a, b))
                     ages.append(np.full(b - a, age, dtype=np.int64))
                     where.append(np.arange(a, b, dtype=np.int64) + (age << 40))
             if not chunks:
@@ -330,15 +354,4 @@ def merge_runs(
                 s = Entries(s.hi, s.lo, np.where(gone, TOMBSTONE, s.file).astype(np.int32), s.pos)
             yield s
 
-    with _all_entries(runs) as stack:
-        return write_run(path, pieces(stack))
-
-
-@contextmanager
-def _all_entries(runs: Sequence[Run]) -> Iterator[list[Entries]]:
-    opened = [r.entries() for r in runs]
-    try:
-        yield [o.__enter__() for o in opened]
-    finally:
-        for o in opened:
-            o.__exit__(None, None, None)
+    return write_run(path, pieces())
