@@ -21,6 +21,7 @@ RANK = {
     "replicator.events": 2,
     "replicator.crashpoints": 2,
     "replicator.checkpoint": 3,
+    "replicator.index": 3,
     "spark": 3,
     "replicator.commit": 4,
     "replicator.iceberg": 4,
