@@ -38,11 +38,8 @@ class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
     stream (a snapshot's, a diff's) is cleared before the line and drawn again after it."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            with tqdm.external_write_mode(file=self.stream):
-                super().emit(record)
-        except Exception:  # noqa: BLE001 - a log line must never raise into the code that logs it
-            self.handleError(record)
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
 
 
 def setup_logging(verbose: bool, log_format: str = "text") -> None:
