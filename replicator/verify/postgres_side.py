@@ -450,7 +450,7 @@ class PostgresSide:
         return (
             "a partitioned table: pgoutput sends no row for ATTACH PARTITION of a table with "
             "rows, DETACH PARTITION, or TRUNCATE or DROP of one partition, so those rows are "
-            "missing from (or left in) Iceberg; see README 'Partitioned tables' to snapshot the "
+            "missing from (or left in) Iceberg; see README 'Partitioned source tables' to snapshot the "
             "table again"
         )
 

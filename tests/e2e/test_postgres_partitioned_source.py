@@ -112,7 +112,7 @@ def test_attach_and_detach_are_reported_by_diff_and_resnapshot_repairs(
     """pgoutput sends no row for ATTACH PARTITION of a table with rows, DETACH PARTITION or
     TRUNCATE of one partition: ``diff`` reports the partitioned table as differing, with the
     reason; dropping its Iceberg table makes the next run snapshot it again (README
-    "Partitioned tables"). A partition created empty, or an empty table attached, streams as
+    "Partitioned source tables"). A partition created empty, or an empty table attached, streams as
     usual."""
     with psycopg.connect(pg_versioned_db, autocommit=True) as conn:
         conn.execute("""

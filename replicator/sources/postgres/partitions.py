@@ -1,7 +1,7 @@
 """Partitions added to or removed from a partitioned source table: logged, with what to check.
 
 pgoutput sends nothing for ATTACH PARTITION of a table with rows, DETACH PARTITION, or
-TRUNCATE / DROP of one partition (README "Partitioned tables"): the Iceberg table then
+TRUNCATE / DROP of one partition (README "Partitioned source tables"): the Iceberg table then
 differs from the source until that table is snapshotted again. A TRUNCATE leaves no trace in
 the catalog, but the others change the table's set of leaf partitions. The source records that
 set per partitioned table (``<state_dir>/postgres-<slot>.partitions.json``, so a change made
@@ -61,7 +61,7 @@ class PartitionChange:
             "ATTACH PARTITION of a table with rows, DETACH PARTITION or DROP of a partition "
             "(nor for TRUNCATE of one partition): if such rows were attached or removed, the "
             f"Iceberg table differs; check with `replicator diff --table {self.table}` and see "
-            "README 'Partitioned tables' (a partition created empty needs nothing)"
+            "README 'Partitioned source tables' (a partition created empty needs nothing)"
         )
 
 
