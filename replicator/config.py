@@ -58,6 +58,11 @@ class SourceConfig(_Strict):
     )
     slot: str = "replicator"
     publication: str = "replicator"
+    failover_slot: bool = Field(
+        False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
+        "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
+        "on a promoted standby; refused on older servers",
+    )
     snapshot_copy: bool = Field(
         True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
         "(false: row by row through a server-side cursor)",

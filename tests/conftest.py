@@ -79,11 +79,45 @@ def pg_server() -> Iterator[PrivatePostgres]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def pg_test_majors() -> list[int]:
+    """The Postgres major versions the version-sensitive tests run on: ``$REPLICATOR_TEST_PG_VERSIONS``
+    (e.g. ``15,18``; ``make test`` runs Debian's 15 and the newest, ``make test-long`` 14-18),
+    default Debian's 15 alone."""
+    raw = os.environ.get("REPLICATOR_TEST_PG_VERSIONS", "").strip() or "15"
+    return [int(v) for v in raw.replace(" ", "").split(",") if v]
+
+
+@pytest.fixture(scope="session", params=pg_test_majors(), ids=lambda major: f"pg{major}")
+def pg_versioned_server(request: pytest.FixtureRequest) -> Iterator[PrivatePostgres]:
+    """A private Postgres of each major version of ``pg_test_majors()`` (binaries from
+    sample_dbs/postgres/versions.py, fetched on first use); the session's ``pg_server`` when it
+    already is that version. Tests using it run once per version (ids ``pg15``, ``pg18``, ...)."""
+    import shutil
+    import tempfile
+
+    from sample_dbs.postgres import versions
+    from sample_dbs.postgres.server import PG_BIN, PrivatePostgres
+
+    major: int = request.param
+    bin_dir = versions.bin_dir(major)
+    if bin_dir.resolve() == PG_BIN.resolve():
+        yield request.getfixturevalue("pg_server")
+        return
+    base = tempfile.mkdtemp(prefix=f"rp-pg{major}test-")
+    try:
+        with PrivatePostgres(base, dbname="postgres", bin_dir=bin_dir) as pg:
+            yield pg
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # Fixtures that start Spark or a private server (Postgres, MariaDB, SeaweedFS). A test using
 # one, directly or through another fixture, gets the marker, so that
 # `-m "not spark and not integration"` (`make test-fast`) selects the tests needing neither.
 SPARK_FIXTURES = frozenset({"spark"})
-SERVER_FIXTURES = frozenset({"pg_server", "seaweed", "mariadb", "mysql_base", "verify_mariadb"})
+SERVER_FIXTURES = frozenset({
+    "pg_server", "pg_versioned_server", "seaweed", "mariadb", "mysql_base", "verify_mariadb"
+})
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own `-m` selection

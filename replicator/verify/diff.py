@@ -179,7 +179,12 @@ def _run(
     changed = _changed_after_snapshot(side, pinned, cfg.source)
     for t, snap in pinned:
         excluded = changed.get(t.name, set())
-        results.append(diff_table(side, spark, t, snap, chunk_rows, max_keys, excluded, progress, cfg.source))
+        res = diff_table(
+            side, spark, t, snap, chunk_rows, max_keys, excluded, progress, cfg.source
+        )
+        if not res.matches and not res.note:
+            res.note = side.difference_hint(t) or None
+        results.append(res)
     changes_after = side.change_counter(tables)
     consistency = Consistency(
         source_position=side.point_label(),

@@ -312,6 +312,9 @@ class MySQLSide:
                             keys.add(key)
         return out
 
+    def difference_hint(self, table: MySQLTable) -> str:
+        return ""
+
     def change_counter(self, tables: Sequence[MySQLTable]) -> int | None:
         """Row changes to these tables written to the binlog since the snapshot."""
         try:

@@ -139,7 +139,7 @@ class PostgresSide:
         try:
             rows = repl.command(
                 f"CREATE_REPLICATION_SLOT {setup.quote_ident(name)} TEMPORARY LOGICAL pgoutput "
-                "(SNAPSHOT 'export')"
+                f"{repl.export_snapshot}"
             )
             _, consistent, snapshot_name, _ = rows[0]
             assert consistent is not None and snapshot_name is not None
@@ -443,6 +443,16 @@ class PostgresSide:
     def _snapshot_complete(self, confirmed: int) -> bool:
         state = SnapshotState.load(self.state_dir / f"postgres-{self.slot}.snapshot.json")
         return state is not None and state.snapshot_lsn == confirmed - 1 and state.complete
+
+    def difference_hint(self, table: SourceTable) -> str:
+        if table.info.relkind != "p":
+            return ""
+        return (
+            "a partitioned table: pgoutput sends no row for ATTACH PARTITION of a table with "
+            "rows, DETACH PARTITION, or TRUNCATE or DROP of one partition, so those rows are "
+            "missing from (or left in) Iceberg; see README 'Partitioned source tables' to snapshot the "
+            "table again"
+        )
 
     def change_counter(self, tables: Sequence[SourceTable]) -> int | None:
         """Row changes ever counted for these tables (pg_stat_user_tables; may lag ~1s)."""

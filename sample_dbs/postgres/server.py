@@ -66,7 +66,15 @@ class PrivatePostgres:
         settings: dict[str, str] | None = None,
         fast: bool = True,
         keep: bool = False,
+        bin_dir: Path | None = None,
+        standby_of: PrivatePostgres | None = None,
+        standby_slot: str = "standby1",
     ) -> None:
+        self.bin_dir = bin_dir or PG_BIN  # the server's version: see sample_dbs/postgres/versions.py
+        # A physical standby: pg_basebackup of ``standby_of`` through its physical slot
+        # ``standby_slot`` (created by the backup), streaming from it; no initdb, no database.
+        self.standby_of = standby_of
+        self.standby_slot = standby_slot
         self.base_dir = Path(base_dir).resolve()
         self.dbname = dbname
         self.port = port or free_port()
@@ -94,7 +102,19 @@ class PrivatePostgres:
     # -- lifecycle --------------------------------------------------------------------------
     def _run(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = (["runuser", "-u", "postgres", "--"] if self._as_postgres else []) + args
-        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            cmd, check=check, capture_output=True, text=True, timeout=120, env=self._env()
+        )
+
+    def _env(self) -> dict[str, str]:
+        """A relocated build (sample_dbs/postgres/versions.py) ships its own libpq, which the
+        server's dlopened modules (libpqwalreceiver: a standby's WAL receiver) look for in the
+        build's install prefix; point them at it, not at the system's older libpq."""
+        env = dict(os.environ)
+        lib = self.bin_dir.parent / "lib"
+        if (lib / "libpq.so.5").exists():
+            env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
+        return env
 
     def start(self) -> PrivatePostgres:
         if (self.data_dir / "PG_VERSION").exists():
@@ -109,10 +129,36 @@ class PrivatePostgres:
                 raise RuntimeError(
                     f"user postgres cannot write {self.base_dir}; use a directory under /tmp"
                 )
+        if self.standby_of is not None:
+            self._basebackup(self.standby_of)
+        else:
+            self._initdb()
+        self._start_server()
+        if self.standby_of is None:
+            try:
+                self._create_database()
+            except Exception:
+                self.stop()
+                raise
+        return self
+
+    def _basebackup(self, primary: PrivatePostgres) -> None:
+        # -R writes standby.signal and primary_conninfo (with dbname on 17+: slot sync needs
+        # it); -C -S creates the physical slot the standby streams from.
+        try:
+            self._run([
+                str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir),
+                "-d", primary.dsn, "-R", "-C", "-S", self.standby_slot, "-X", "stream",
+                "--checkpoint=fast", "--no-sync",
+            ])  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(f"pg_basebackup failed: {exc.stderr or exc.stdout}") from exc
+
+    def _initdb(self) -> None:
         try:
             self._run(
                 [
-                    str(PG_BIN / "initdb"),
+                    str(self.bin_dir / "initdb"),
                     "-D",
                     str(self.data_dir),
                     "-U",
@@ -127,6 +173,8 @@ class PrivatePostgres:
             )
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"initdb failed: {exc.stderr or exc.stdout}") from exc
+
+    def _start_server(self) -> None:
         opts = {
             "port": str(self.port),
             "listen_addresses": "127.0.0.1",
@@ -137,7 +185,7 @@ class PrivatePostgres:
         o = " ".join(f"-c {k}={v}" for k, v in opts.items())
         proc = self._run(
             [
-                str(PG_BIN / "pg_ctl"),
+                str(self.bin_dir / "pg_ctl"),
                 "-D",
                 str(self.data_dir),
                 "-l",
@@ -154,12 +202,6 @@ class PrivatePostgres:
         if proc.returncode != 0:
             raise RuntimeError(f"postgres failed to start: {proc.stderr}\n{self.log_tail()}")
         self._running = True
-        try:
-            self._create_database()
-        except Exception:
-            self.stop()
-            raise
-        return self
 
     def _create_database(self) -> None:
         import psycopg  # local: the module is importable without a driver for --help
@@ -185,7 +227,7 @@ class PrivatePostgres:
     def stop(self) -> None:
         if self._running:
             self._run(
-                [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"],
+                [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"],
                 check=False,
             )
             self._running = False
@@ -227,9 +269,13 @@ class PrivatePostgres:
                     time.sleep(0.1)
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def promote(self) -> None:
+        """End recovery: this standby becomes a primary (waits until it accepts writes)."""
+        self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "promote"])
+
     def restart(self) -> None:
         """Restart with the same settings (e.g. after ALTER SYSTEM)."""
-        self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "restart"])
+        self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "restart"])
 
     def __enter__(self) -> PrivatePostgres:
         return self.start()

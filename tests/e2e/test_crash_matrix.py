@@ -45,13 +45,13 @@ def finish_and_check(cfg: Path, dsn: str) -> None:
 
 
 @pytest.fixture
-def replicated(tmp_path: Path, pg_db: str) -> tuple[Path, str]:
+def replicated(tmp_path: Path, pg_versioned_db: str) -> tuple[Path, str]:
     """A source with an initial snapshot already replicated."""
-    seed(pg_db, 3000)
-    cfg = write_config(tmp_path, pg_db, max_events=700)
+    seed(pg_versioned_db, 3000)
+    cfg = write_config(tmp_path, pg_versioned_db, max_events=700)
     first = engine(cfg)
     assert first.returncode == 0, first.stderr[-3000:]
-    return cfg, pg_db
+    return cfg, pg_versioned_db
 
 
 def test_crash_after_files_written_before_catalog_commit(replicated: tuple[Path, str], spark: Any) -> None:
@@ -68,12 +68,12 @@ def test_crash_after_catalog_commit_before_source_ack(replicated: tuple[Path, st
     finish_and_check(cfg, dsn)
 
 
-def test_crash_during_initial_snapshot(tmp_path: Path, pg_db: str, spark: Any) -> None:
-    seed(pg_db, 5000)
-    cfg = write_config(tmp_path, pg_db, max_events=700)
+def test_crash_during_initial_snapshot(tmp_path: Path, pg_versioned_db: str, spark: Any) -> None:
+    seed(pg_versioned_db, 5000)
+    cfg = write_config(tmp_path, pg_versioned_db, max_events=700)
     crashed(engine(cfg, "snapshot-batch:2"), "snapshot-batch")
-    run_changes(pg_db, 2000, seed_rows=5000)  # the source moves on while the engine is down
-    finish_and_check(cfg, pg_db)
+    run_changes(pg_versioned_db, 2000, seed_rows=5000)  # the source moves on while the engine is down
+    finish_and_check(cfg, pg_versioned_db)
 
 
 def test_crash_during_schema_change(replicated: tuple[Path, str], spark: Any) -> None:

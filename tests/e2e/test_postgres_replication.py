@@ -60,25 +60,25 @@ def assert_tables_equal(cfg_path: Path, dsn: str, *, duckdb: bool = True) -> dic
     return counts
 
 
-def test_snapshot_then_stream_equals_source(tmp_path: Path, pg_db: str, spark: Any) -> None:
-    load_schema(pg_db)
-    wl = Workload(pg_db, seed=3)
+def test_snapshot_then_stream_equals_source(tmp_path: Path, pg_versioned_db: str, spark: Any) -> None:
+    load_schema(pg_versioned_db)
+    wl = Workload(pg_versioned_db, seed=3)
     wl.seed_data(customers=200, products=50, orders=300)
-    cfg_path = write_config(tmp_path, pg_db, max_events=2000)
+    cfg_path = write_config(tmp_path, pg_versioned_db, max_events=2000)
     first = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     assert first.events_seen > 0
     stats = wl.run(transactions=1500 if LONG else 300)
     second = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     assert second.batches >= 1, stats
-    counts = assert_tables_equal(cfg_path, pg_db)
+    counts = assert_tables_equal(cfg_path, pg_versioned_db)
     assert all(n > 0 for n in counts.values()), counts
 
 
-def test_slot_never_passes_committed_position(tmp_path: Path, pg_db: str, spark: Any) -> None:
-    load_schema(pg_db)
-    wl = Workload(pg_db, seed=5)
+def test_slot_never_passes_committed_position(tmp_path: Path, pg_versioned_db: str, spark: Any) -> None:
+    load_schema(pg_versioned_db)
+    wl = Workload(pg_versioned_db, seed=5)
     wl.seed_data(customers=20, products=10, orders=20)
-    cfg_path = write_config(tmp_path, pg_db, max_events=50)
+    cfg_path = write_config(tmp_path, pg_versioned_db, max_events=50)
     rep = Replicator(load(cfg_path), engine="spark", spark=spark)
     wl.run(transactions=60)
 
@@ -89,7 +89,7 @@ def test_slot_never_passes_committed_position(tmp_path: Path, pg_db: str, spark:
         committed = min(
             int(p.parts[0]) for p in rep.checkpoints.positions("postgres").values()
         )
-        with psycopg.connect(pg_db) as conn:
+        with psycopg.connect(pg_versioned_db) as conn:
             row = conn.execute(
                 "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'replicator'"
             ).fetchone()
@@ -106,20 +106,20 @@ def test_slot_never_passes_committed_position(tmp_path: Path, pg_db: str, spark:
 
 
 def test_key_change_of_toasted_row_renamed_again_deletes_old_key(
-    tmp_path: Path, pg_db: str, spark: Any
+    tmp_path: Path, pg_versioned_db: str, spark: Any
 ) -> None:
     """Regression: an UPDATE that changes the key and leaves a TOAST value unchanged, whose row
     has moved on by the time it is read, must still delete the old key (it was dropped as
     'superseded', leaving the old key alive in Iceberg)."""
-    with psycopg.connect(pg_db, autocommit=True) as conn:
+    with psycopg.connect(pg_versioned_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE docs (k text PRIMARY KEY, body text, n int)")
         conn.execute("ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL")
         conn.execute("INSERT INTO docs VALUES ('a', repeat('x', 20000), 0), ('keep', 'small', 0)")
-    cfg_path = write_config(tmp_path, pg_db)
+    cfg_path = write_config(tmp_path, pg_versioned_db)
     Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
-    with psycopg.connect(pg_db, autocommit=True) as conn:
+    with psycopg.connect(pg_versioned_db, autocommit=True) as conn:
         conn.execute("UPDATE docs SET k = 'b' WHERE k = 'a'")  # body unchanged: TOAST marker
         conn.execute("UPDATE docs SET k = 'c', n = 1 WHERE k = 'b'")
         conn.execute("UPDATE docs SET n = 2 WHERE k = 'c'")
     Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
-    assert_tables_equal(cfg_path, pg_db)
+    assert_tables_equal(cfg_path, pg_versioned_db)

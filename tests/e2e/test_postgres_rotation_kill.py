@@ -79,12 +79,14 @@ def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
     assert diff.returncode == 0, diff.stdout[-3000:] + diff.stderr[-3000:]
 
 
-def test_key_rotation_transaction_killed_mid_apply_then_until_idle(tmp_path: Path, pg_db: str, spark: Any) -> None:
-    _scenario(tmp_path, pg_db, 30_000)
+def test_key_rotation_transaction_killed_mid_apply_then_until_idle(
+    tmp_path: Path, pg_versioned_db: str, spark: Any
+) -> None:
+    _scenario(tmp_path, pg_versioned_db, 30_000)
 
 
 @pytest.mark.slow
 def test_key_rotation_transaction_killed_mid_apply_then_until_idle_150k(
-    tmp_path: Path, pg_db: str, spark: Any
+    tmp_path: Path, pg_versioned_db: str, spark: Any
 ) -> None:
-    _scenario(tmp_path, pg_db, 150_000)
+    _scenario(tmp_path, pg_versioned_db, 150_000)

@@ -60,12 +60,12 @@ def _cli(cfg: Path, *, until_idle: bool = True) -> list[str]:
 
 
 @pytest.mark.slow  # ~1.5 min; Postgres kills stay in make test: test_crash_matrix, test_consistent_cuts, test_postgres_s3
-def test_sigkill_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark: Any) -> None:
+def test_sigkill_during_snapshot_and_streaming(tmp_path: Path, pg_versioned_db: str, spark: Any) -> None:
     rows = SNAPSHOT_ROWS // 2
-    seed(pg_db, rows)
-    cfg_path = write_config(tmp_path, pg_db, max_events=5_000)
+    seed(pg_versioned_db, rows)
+    cfg_path = write_config(tmp_path, pg_versioned_db, max_events=5_000)
     stop = threading.Event()
-    worker = threading.Thread(target=run_changes, args=(pg_db, CHANGES // 2),
+    worker = threading.Thread(target=run_changes, args=(pg_versioned_db, CHANGES // 2),
                               kwargs={"seed_rows": rows, "stop": stop, "pause": 0.5})
     worker.start()
     rng = random.Random(13)
@@ -89,7 +89,7 @@ def test_sigkill_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark
     done = subprocess.run(_cli(cfg_path), env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert kills == KILLS
-    assert_tables_equal(cfg_path, pg_db, duckdb=False)
+    assert_tables_equal(cfg_path, pg_versioned_db, duckdb=False)
     from tests.e2e.pg_support import iceberg_metadata
 
     for t in ("public.big", "public.side", "public.pairs"):

@@ -63,6 +63,12 @@ class ReplicationConnection:
         self._last_status = 0.0
         self._streaming = False
 
+    @property
+    def export_snapshot(self) -> str:
+        """The CREATE_REPLICATION_SLOT option that exports the slot's snapshot: the option list
+        of PostgreSQL 15+, the keyword of older servers (14 rejects the list)."""
+        return "(SNAPSHOT 'export')" if self.pgconn.server_version >= 150000 else "EXPORT_SNAPSHOT"
+
     # -- commands ------------------------------------------------------------------------------
     def command(self, sql: str) -> list[tuple[str | None, ...]]:
         res = self.pgconn.exec_(sql.encode())
@@ -87,13 +93,15 @@ class ReplicationConnection:
             return SourceSetupError(f"{what}: {msg}")
         return TransientError(f"{what}: {msg} (SQLSTATE {state or '?'})")
 
-    def create_slot_exported(self, slot: str) -> tuple[int, str]:
+    def create_slot_exported(self, slot: str, *, failover: bool = False) -> tuple[int, str]:
         """Create a pgoutput slot and export its snapshot. Returns (consistent_lsn,
         snapshot_name); the snapshot stays importable until this connection runs another
-        command or closes."""
-        rows = self.command(
-            f"CREATE_REPLICATION_SLOT {quote_ident(slot)} LOGICAL pgoutput (SNAPSHOT 'export')"
-        )
+        command or closes. ``failover``: a failover slot (PostgreSQL 17+)."""
+        options = self.export_snapshot
+        if failover:
+            check_failover_supported(self.pgconn.server_version)
+            options = "(SNAPSHOT 'export', FAILOVER true)"
+        rows = self.command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)} LOGICAL pgoutput {options}")
         _, consistent, snapshot, _ = rows[0]
         assert consistent is not None and snapshot is not None
         hi, lo = consistent.split("/")
@@ -189,6 +197,35 @@ class ReplicationConnection:
                 self.send_status()
         self._streaming = False
         self.pgconn.finish()
+
+
+FAILOVER_MIN_VERSION = 170000
+
+
+def check_failover_supported(server_version: int) -> None:
+    if server_version < FAILOVER_MIN_VERSION:
+        major = server_version // 10000
+        raise SourceSetupError(
+            f"source.failover_slot needs PostgreSQL 17 or later (failover slots); this server "
+            f"is PostgreSQL {major}",
+            hint="set source.failover_slot: false (or upgrade the server to 17+)",
+        )
+
+
+def ensure_failover_slot(conn: psycopg.Connection[Any], dsn: str, slot: str) -> bool:
+    """Make an existing (inactive) slot a failover slot; True when it was changed."""
+    check_failover_supported(conn.info.server_version)
+    row = conn.execute(
+        "SELECT failover FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    if row is None or row[0]:
+        return False
+    repl = ReplicationConnection(dsn)
+    try:
+        repl.command(f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER true)")
+    finally:
+        repl.close()
+    return True
 
 
 def source_identity(conn: psycopg.Connection[Any], dsn: str, slot: str) -> str:

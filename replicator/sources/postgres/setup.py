@@ -236,7 +236,7 @@ def ensure_publication(
     """Create the publication, or add missing tables to it. Returns the tables that were not
     published before (they need a snapshot even when the slot already exists)."""
     pub = conn.execute(
-        "SELECT puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication "
+        "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubviaroot FROM pg_publication "
         "WHERE pubname = %s",
         (name,),
     ).fetchone()
@@ -253,11 +253,21 @@ def ensure_publication(
                 f"cannot create publication {name!r}: {exc.diag.message_primary}", hint=stmt
             ) from exc
         return list(tables)
-    all_tables, ins, upd, dele = pub
+    all_tables, ins, upd, dele, via_root = pub
     if not (ins and upd and dele):
         raise SourceSetupError(
             f"publication {name!r} does not publish every insert, update and delete",
             hint=f"ALTER PUBLICATION {quote_ident(name)} SET (publish = 'insert, update, delete, truncate');",
+        )
+    partitioned = [t.qualified for t in tables if t.relkind == "p"]
+    if partitioned and not via_root:
+        # Changes would arrive under each partition's name: one partitioned table must be
+        # one Iceberg table, its rows moving between partitions as updates of the root.
+        raise SourceSetupError(
+            f"publication {name!r} publishes the partitions of {partitioned} as tables of "
+            "their own; the engine reads a partitioned table through its root",
+            table=partitioned[0],
+            hint=f"ALTER PUBLICATION {quote_ident(name)} SET (publish_via_partition_root = true);",
         )
     published = {
         (r[0], r[1])

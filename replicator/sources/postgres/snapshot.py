@@ -138,10 +138,12 @@ class SnapshotReader:
         tables = self.tables[self.table_index :]
         resumed = tables[0] if tables and self.last_key is not None and tables[0].key_columns else None
         oids = [t.oid for t in tables if t is not resumed]
+        # A partitioned table's rows are its leaf partitions' (the root has no storage).
         total = self.conn.execute(
             "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint FROM pg_class "
-            "WHERE oid = ANY(%s)",
-            (oids,),
+            "WHERE relkind <> 'p' AND (oid = ANY(%s) OR oid IN ("
+            "  SELECT t.relid FROM unnest(%s::oid[]) r(oid), pg_partition_tree(r.oid) t))",
+            (oids, oids),
         ).fetchone()
         rows = int(total[0]) if total else 0
         if resumed is not None:

@@ -55,9 +55,12 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
+from replicator.sources.postgres.partitions import PartitionWatch
 from replicator.sources.postgres.pgoutput import TupleData, decode
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
+    check_failover_supported,
+    ensure_failover_slot,
     session_conninfo,
     source_identity,
 )
@@ -103,6 +106,7 @@ class PostgresSource(ChangeSource):
         unconstrained_numeric: str = UNCONSTRAINED_NUMERIC,
         progress: bool | None = None,
         snapshot_copy: bool = True,
+        failover_slot: bool = False,
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
@@ -118,6 +122,7 @@ class PostgresSource(ChangeSource):
         # Snapshot chunks of keyed tables by COPY into Arrow (``copy_chunks``); False: the
         # row-by-row cursor (the reference the COPY path is tested and benchmarked against).
         self.snapshot_copy = snapshot_copy
+        self.failover_slot = failover_slot  # PostgreSQL 17+: FAILOVER, kept on standbys
         self.stats = SourceStats()
         self.fencing_token: int | None = None
         self._toast = RowCache(toast_cache_bytes)
@@ -126,6 +131,7 @@ class PostgresSource(ChangeSource):
         self._text_conn: psycopg.Connection[Any] | None = None  # snapshot, TOAST reads
         self._stream: ReplicationConnection | None = None
         self._tables: dict[str, setup.TableInfo] = {}
+        self._partitions: PartitionWatch | None = None
         self._asm: ChangeAssembler | None = None
         self._confirmed = 0  # the slot's confirmed position as we last reported it
         self._acked: tuple[int, ...] = ()
@@ -171,6 +177,11 @@ class PostgresSource(ChangeSource):
         check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in infos})
         setup.check_tables(conn, infos)
         self._tables = {t.qualified: t for t in infos}
+        self._partitions = PartitionWatch(
+            self.state_path.with_name(f"postgres-{self.slot}.partitions.json")
+            if self.state_path else None, self.source_id, infos,
+        )  # fmt: skip
+        self._partitions.check(conn)
         added = setup.ensure_publication(conn, self.publication, infos)
         mapper = TypeMapper(catalog_lookup(conn), unconstrained_numeric=self.unconstrained_numeric)
         self._asm = ChangeAssembler(
@@ -180,13 +191,19 @@ class PostgresSource(ChangeSource):
         slot = setup.slot_info(conn, self.slot)
         if slot is not None:
             setup.check_slot(slot, conn.info.dbname)
+            if self.failover_slot and ensure_failover_slot(conn, self.dsn, self.slot):
+                log.info("slot %s is now a failover slot", self.slot)
+        elif self.failover_slot:
+            check_failover_supported(conn.info.server_version)
         self._text_conn = self._connect()
         text_loaders(self._text_conn)
         if slot is None:
             repl = ReplicationConnection(self.dsn)
             try:
                 with SlotCreationProgress(self.dsn, self.slot, repl.pgconn.backend_pid):
-                    self._confirmed, snapshot_name = repl.create_slot_exported(self.slot)
+                    self._confirmed, snapshot_name = repl.create_slot_exported(
+                        self.slot, failover=self.failover_slot
+                    )
                 self._reached = self._confirmed  # the snapshot holds what came before
                 log.info("created slot %s at %s", self.slot, self._confirmed)
                 # Import while the exporting session is still open and idle.
@@ -285,6 +302,8 @@ class PostgresSource(ChangeSource):
     def poll(self) -> Iterator[ChangeEvent]:
         if self._conn is None:
             raise TerminalError("PostgresSource.poll() before start() (or after close())")
+        if self._partitions is not None and self._partitions.due():
+            self._partitions.check(self._conn)  # ATTACH/DETACH send no rows: at least say so
         if self._cursor is not None:
             yield from self._poll_snapshot()
         else:

@@ -185,3 +185,22 @@ def test_active_slot_is_refused() -> None:
         setup.check_slot(info, "db")
     with pytest.raises(SourceSetupError, match="database"):
         setup.check_slot(info, "other")
+
+
+def test_publication_of_partitions_is_refused_with_the_fix(
+    sql: Callable[..., Any], make_source: Callable[..., Any]
+) -> None:
+    """A publication without publish_via_partition_root would send a partitioned table's
+    changes under its partitions' names: refused, with the statement that fixes it."""
+    sql("CREATE TABLE ev (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k);"
+        " CREATE TABLE ev_1 PARTITION OF ev FOR VALUES IN (1);"
+        " CREATE PUBLICATION replicator FOR TABLE ev")
+    with pytest.raises(SourceSetupError, match="through its root") as err:
+        make_source(tables=["public.ev"]).start(Checkpoints.at({}))
+    assert err.value.hint == 'ALTER PUBLICATION "replicator" SET (publish_via_partition_root = true);'
+    sql(err.value.hint)
+    src = make_source(tables=["public.ev"])
+    src.start(Checkpoints.at({}))
+    sql("INSERT INTO ev VALUES (5, 1)")
+    events = kit.drain(src, until=lambda ev: any(e.op == Op.CREATE for e in ev))
+    assert {(e.table, e.op) for e in events} == {("public.ev", Op.CREATE)}  # not "public.ev_1"

@@ -33,3 +33,18 @@ def test_a_resumed_snapshot_estimates_the_rows_left(pg_dsn: str, sql: Callable[.
         assert bad.estimated_rows() == 500
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         assert conn.execute("SELECT count(*) FROM t").fetchone() == ("10000",)
+
+
+def test_a_partitioned_table_estimates_its_partitions_rows(pg_dsn: str, sql: Callable[..., Any]) -> None:
+    sql("CREATE TABLE p (id int PRIMARY KEY) PARTITION BY RANGE (id);"
+        " CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (5000);"
+        " CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (5000) TO (20000) PARTITION BY HASH (id);"
+        " CREATE TABLE p2a PARTITION OF p2 FOR VALUES WITH (MODULUS 2, REMAINDER 0);"
+        " CREATE TABLE p2b PARTITION OF p2 FOR VALUES WITH (MODULUS 2, REMAINDER 1)")
+    sql("INSERT INTO p SELECT g FROM generate_series(1, 8000) g")
+    sql("ANALYZE p")
+    (oid,) = sql("SELECT 'p'::regclass::oid")[0]
+    tables = [TableInfo(oid, "public", "p", "d", ("id",), relkind="p")]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        text_loaders(conn)
+        assert 7_500 <= SnapshotReader(conn, tables, {}, 1000).estimated_rows() <= 8_500
