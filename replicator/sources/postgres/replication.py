@@ -107,13 +107,16 @@ class ReplicationConnection:
         hi, lo = consistent.split("/")
         return (int(hi, 16) << 32) | int(lo, 16), snapshot
 
-    def start(self, slot: str, publication: str, start_lsn: int, flushed: int) -> None:
+    def start(
+        self, slot: str, publication: str, start_lsn: int, flushed: int, *, messages: bool = False
+    ) -> None:
         """START_REPLICATION; ``flushed`` is the slot's confirmed position (never report less:
         PostgreSQL < 17 would move confirmed_flush_lsn backwards)."""
         self.flushed = flushed
         sql = (
             f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {lsn_to_str(start_lsn)} "
-            f'("proto_version" \'1\', "publication_names" {quote_literal(quote_ident(publication))})'
+            f'("proto_version" \'1\', "publication_names" {quote_literal(quote_ident(publication))}'
+            + (", \"messages\" 'true')" if messages else ")")
         )
         res = self.pgconn.exec_(sql.encode())
         if res.status != pq.ExecStatus.COPY_BOTH:

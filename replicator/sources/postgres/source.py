@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
+from replicator.sources.postgres.incremental import PgIncremental, start_incremental
 from replicator.sources.postgres.partitions import PartitionWatch
 from replicator.sources.postgres.pgoutput import TupleData, decode
 from replicator.sources.postgres.replication import (
@@ -68,6 +70,7 @@ from replicator.sources.postgres.retained import lsn_position, slot_retained, wa
 from replicator.sources.postgres.slot_wait import SlotCreationProgress
 from replicator.sources.postgres.snapshot import (
     Chunk,
+    SnapshotPlan,
     SnapshotReader,
     SnapshotState,
     plan_resumed_snapshot,
@@ -147,6 +150,7 @@ class PostgresSource(ChangeSource):
         self._snap_last_seq = -1  # last snapshot row handed out
         self._snap_acked_seq = -1  # last snapshot row the pipeline committed
         self._snap_read_all = False
+        self._incr: PgIncremental | None = None  # tables copied while streaming
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -210,6 +214,7 @@ class PostgresSource(ChangeSource):
                 self._begin_snapshot(infos, snapshot_name, None, 0)
             finally:
                 repl.close()
+            self._start_incremental(None, None, committed)
             return
         self._reached = self._confirmed = slot.confirmed_flush
         if state is not None and state.slot != self.slot:
@@ -217,9 +222,63 @@ class PostgresSource(ChangeSource):
         plan = plan_resumed_snapshot(
             infos, {t.qualified for t in added}, committed, self._confirmed, state
         )
+        plan = self._start_incremental(plan, state, committed)
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
             self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+
+    def _start_incremental(
+        self, plan: SnapshotPlan | None, state: SnapshotState | None,
+        committed: dict[str, tuple[int | str, ...]],
+    ) -> SnapshotPlan | None:  # fmt: skip
+        """Tables new to the stream are copied incrementally (``incremental.py``) when the
+        server can; the rest of ``plan`` (an interrupted initial snapshot) as before."""
+        assert self._conn is not None and self._text_conn is not None and self._asm is not None
+        order = plan.tables if plan is not None else []
+        snap_lsn = self._confirmed - 1
+        initial = set(state.tables) if state is not None and not state.complete else set()
+        new = [t for t in order if t.qualified not in initial
+               and (committed.get(t.qualified) or (None,))[0] != snap_lsn]  # fmt: skip
+        asm = self._asm
+        path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
+        self._incr, rest = start_incremental(
+            self._conn, state_path=path, source_id=self.source_id or "", selected=self._tables,
+            candidates=new, committed_tables=set(committed),
+            make=lambda st: PgIncremental(
+                conn=self._conn, read_conn=self._text_conn, tables=self._tables,  # type: ignore[arg-type]
+                mapper=asm.mapper, state=st, state_path=path, chunk_rows=self.snapshot_chunk_rows,
+                dead_letter=asm.dead_letter, progress=self.progress,
+            ),
+        )  # fmt: skip
+        if self._incr is not None and self._incr.active:
+            self.replay = replace(self.replay, snapshot_rows=True)  # chunk rows are upserts
+        keep = [t for t in order if t not in new or t in rest]
+        if plan is None or not keep:
+            return None
+        return SnapshotPlan(keep, plan.last_key if keep[0] is order[0] else None, plan.next_seq)
+
+    def request_snapshot(self, tables: Sequence[str], reason: str) -> list[str]:
+        """Copy ``tables`` again, incrementally, while streaming (a running engine's
+        resnapshot); returns the ones that cannot be (not selected, or no incremental
+        snapshots on this server / without a state directory)."""
+        with self._lock:
+            if self._incr is None:
+                return list(tables)
+            refused = [t for t in tables if t not in self._tables]
+            for t in tables:
+                if t in self._tables:
+                    self._incr.add(t, reason)
+            self.replay = replace(self.replay, snapshot_rows=True)
+            return refused
+
+    @property
+    def incremental_finished(self) -> list[str]:
+        """Tables whose incremental snapshot is committed, once each (taken by the caller)."""
+        with self._lock:
+            if self._incr is None:
+                return []
+            out, self._incr.finished = self._incr.finished, []
+            return out
 
     def _begin_snapshot(
         self,
@@ -271,6 +330,8 @@ class PostgresSource(ChangeSource):
             if self._cursor is not None:
                 self._cursor.close()
                 self._cursor = None
+            if self._incr is not None:
+                self._incr.close()
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
@@ -383,7 +444,7 @@ class PostgresSource(ChangeSource):
         assert self._asm is not None
         stream = ReplicationConnection(self.dsn)
         try:  # 0/0: the server starts at the slot's confirmed position
-            stream.start(self.slot, self.publication, 0, self._confirmed)
+            stream.start(self.slot, self.publication, 0, self._confirmed, messages=self._incr is not None)
         except Exception:
             stream.close()
             raise
@@ -391,10 +452,25 @@ class PostgresSource(ChangeSource):
         self._asm.reset()
 
     def _poll_stream(self) -> Iterator[ChangeEvent]:
+        # An incremental snapshot with chunks left never polls empty (that would read as
+        # idle): a chunk whose rows the stream all replaced goes on to the next one.
+        while True:
+            got = False
+            for ev in self._poll_stream_once():
+                got = True
+                yield ev
+            if got or self._stream is None or self._incr is None or not self._incr.busy:
+                return
+
+    def _poll_stream_once(self) -> Iterator[ChangeEvent]:
         asm = self._asm
         assert asm is not None
         if self._stream is None:
             self._open_stream()
+        incr = self._incr
+        if incr is not None:
+            with self._lock:
+                incr.next_chunk()
         n = 0
         started = False
         while n < self.poll_max_messages:
@@ -423,7 +499,16 @@ class PostgresSource(ChangeSource):
                 continue
             started = True
             n += 1
-            yield from asm.handle(decode(data), len(data))
+            msg = decode(data)
+            if incr is None:
+                yield from asm.handle(msg, len(data))
+                continue
+            for ev in asm.handle(msg, len(data)):
+                incr.on_event(ev)
+                yield ev
+            for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
+                asm.last_out = tuple(int(p) for p in ev.position.parts)
+                yield ev
 
     def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
         """The row's current text values (positions as in ``new``); None if it is gone."""
@@ -464,6 +549,8 @@ class PostgresSource(ChangeSource):
                 self._confirm(end[1] if end is not None and idx >= end[0] else lsn)
                 for k in [k for k in ends if k <= lsn]:
                     del ends[k]
+                if self._incr is not None:
+                    self._incr.acknowledge(parts)
                 if self._snap_state is not None and not self._snap_state.complete:
                     self._snap_state.complete = True
                     if self.state_path:
