@@ -69,12 +69,16 @@ def checkpoint_at(table: Table, snapshot: Snapshot | None) -> Checkpoint | None:
 
 
 def _consistent(table: Table, snapshot_id: int) -> bool:
-    """The checkpoint's snapshot is the head, an ancestor of it, or expired (gone)."""
+    """The checkpoint's snapshot is a branch head (main, or the branch a table being copied
+    again is written to), an ancestor of one, or expired (gone)."""
     if table.snapshot_by_id(snapshot_id) is None:
         return True
-    snap = table.current_snapshot()
-    while snap is not None:
-        if snap.snapshot_id == snapshot_id:
-            return True
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    for ref in table.metadata.refs.values():
+        if ref.snapshot_ref_type != "branch":
+            continue
+        snap = table.snapshot_by_id(ref.snapshot_id)
+        while snap is not None:
+            if snap.snapshot_id == snapshot_id:
+                return True
+            snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
     return False

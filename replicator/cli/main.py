@@ -111,6 +111,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     cu.add_argument("--config", type=Path, required=True, help="YAML config file")
     cu.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    rs = sub.add_parser(
+        "resnapshot",
+        help="copy tables again while the others keep streaming",
+        description="Copy the named source tables again (chunks read while the stream goes on) "
+        "and replace each table's rows in one commit: readers see the old rows until then. "
+        "A running engine picks the request up between batches; otherwise the next run does.",
+    )
+    rs.add_argument("--config", type=Path, required=True, help="YAML config file")
+    rs.add_argument("--table", action="append", metavar="T", required=True,
+                    help="source table (schema.table); repeatable")
     return p
 
 
@@ -125,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(cfg, rows=args.rows)
         if args.command == "diff":
             return _diff(cfg, args)
+        if args.command == "resnapshot":
+            return _resnapshot(cfg, args.table)
         if args.command == "cuts":
             return _cuts(cfg, as_json=args.json)
         if args.command == "maintain":
@@ -272,6 +285,20 @@ def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
         return EXIT_CANNOT_DIFF
     print(to_json(report) if args.json else to_text(report))
     return report.exit_code
+
+
+def _resnapshot(cfg, tables: list[str]) -> int:  # type: ignore[no-untyped-def]
+    from replicator.pipeline.resnapshot import request_resnapshot
+
+    selected = cfg.source.tables
+    unknown = [t for t in tables if selected is not None and t not in selected]
+    if unknown:
+        print(f"replicator: not in source.tables: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_CONFIG
+    for path in request_resnapshot(cfg.state_dir, tables):
+        print(f"requested: {path}")
+    print("a running engine copies the table(s) again between batches; otherwise the next run")
+    return 0
 
 
 def _cuts(cfg, *, as_json: bool) -> int:  # type: ignore[no-untyped-def]

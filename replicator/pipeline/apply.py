@@ -61,6 +61,7 @@ from replicator.errors import (
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.events.unavailable import fill_unavailable
+from replicator.iceberg.branches import target_branch
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -357,7 +358,8 @@ class _TablePort:
         state = self.part.state
         if refresh:
             state.table = state.table.refresh()
-        parent = state.table.current_snapshot()
+        # A table being copied again is written to its resnapshot branch (``iceberg.branches``).
+        parent = state.table.metadata.snapshot_by_name(target_branch(state.table))
         return TableRead(read_checkpoint(state.table), parent.snapshot_id if parent else None)
 
     def stage(self, action: StageEvents) -> Staged[_TablePart] | StageRefused:
@@ -407,6 +409,7 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
             snapshot_properties=summary,
             table_properties=properties,
             expected_parent_snapshot_id=action.parent_id,
+            branch=target_branch(table),
             remove_all=action.truncate,
         )
     except CommitConflictError:

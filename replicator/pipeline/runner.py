@@ -39,6 +39,7 @@ from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.reader import Failed, Idle, SourceReader
+from replicator.pipeline.resnapshot import ResnapshotKeeper
 from replicator.pipeline.retained import RetainedLogWatcher
 from replicator.sources.base import ChangeSource
 
@@ -218,8 +219,10 @@ class Replicator:
         )
         # What follows a batch's commits, in this order (each step relies on the ones before).
         self.after_commit: tuple[Callable[[AppliedBatch], None], ...] = (
-            self._record, self._acknowledge, self._cut, self._count, self._maintain_between,
+            self._record, self._acknowledge, self._resnapshots, self._cut, self._count,
+            self._maintain_between,
         )  # fmt: skip
+        self.resnapshots = ResnapshotKeeper(cfg.state_dir, self.tables, self.source)
 
     def _spark(self) -> Any:
         if self.env.spark is not None:
@@ -286,6 +289,7 @@ class Replicator:
         with state_lock(self.cfg.state_dir):
             self._load_checkpoints()
             self.source.start(self.checkpoints)
+            self.resnapshots.start(sorted(self.checkpoints.positions()))
             watcher = RetainedLogWatcher(
                 self.source, self.observer, lambda: self.acknowledged,
                 every=self.cfg.metrics.retained_check_seconds,
@@ -297,6 +301,7 @@ class Replicator:
                 watcher.start()
                 self._catch = self._catch_up(until_idle)
                 idle = self._loop(until_idle=until_idle, max_batches=max_batches)
+                self.resnapshots.tick()  # a copy whose last acknowledgement came with the stop
                 if idle:
                     # Everything read is committed: the run ends with a cut at that position.
                     self.cuts.cut(self._holds(), consistent=self._consistent())
@@ -369,6 +374,8 @@ class Replicator:
                         return "enough"
                 self._catch.taken(item.reached, None)
                 self._observe_idle(batcher.pending > 0)
+                if batcher.pending == 0 and self.resnapshots.tick():
+                    continue  # a request picked up: the source has work again
                 if batcher.pending == 0:
                     self._maintain(idle=True)
                     if until_idle and self._caught_up(batcher):
@@ -485,6 +492,10 @@ class Replicator:
         applied = AppliedBatch(batch, live, outcome, t0)
         for hook in self.after_commit:
             hook(applied)
+
+    def _resnapshots(self, done: AppliedBatch) -> None:
+        """After-commit hook 3: pick up resnapshot requests, publish finished copies."""
+        self.resnapshots.tick()
 
     def _record(self, done: AppliedBatch) -> None:
         """After-commit hook 1: where each table stands; a stopped table stays stopped."""

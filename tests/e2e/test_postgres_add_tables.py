@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 import pytest
 import yaml
 
 from replicator.cli.main import main
+from replicator.events.deadletter import DeadLetterSink
+from replicator.iceberg.branches import RESNAPSHOT_BRANCH
+from replicator.iceberg.tables import iceberg_table_name, open_catalog
 from replicator.pipeline.runner import Replicator
 from replicator.sources.postgres.source import PostgresSource
 from tests.e2e import pg_support
@@ -70,12 +74,11 @@ def _run(cfg_path: Path, spark: Any, tables: list[str]) -> None:
     raw["source"]["tables"] = tables
     cfg_path.write_text(yaml.safe_dump(raw))
     cfg = pg_support.load(cfg_path)
-    rep = Replicator(cfg, engine="spark", spark=spark)
-    rep.source = PostgresSource(
-        raw["source"]["dsn"], dead_letters=rep.dead_letters, tables=tables,
+    source = PostgresSource(
+        raw["source"]["dsn"], dead_letters=DeadLetterSink(cfg.dead_letter_path), tables=tables,
         state_dir=cfg.state_dir, snapshot_chunk_rows=CHUNK,
     )  # fmt: skip
-    rep.run(until_idle=True)
+    Replicator(cfg, engine="spark", spark=spark, source=source).run(until_idle=True)
 
 
 def _expected(dsn: str, name: str) -> list[dict[str, Any]]:
@@ -122,3 +125,51 @@ def test_postgres_add_table_then_resnapshot(
     state = (tmp_path / "state" / "postgres-replicator.incremental.json").read_text()
     assert '"tables": []' in state
     assert main(["diff", "--config", str(cfg_path)]) == 0
+
+    # A bogus row behind the engine's back; resnapshot a while changes keep arriving.
+    _append_bogus_row(cfg_path)
+    assert main(["diff", "--config", str(cfg_path)]) != 0
+    before = _main_head(cfg_path)
+    assert main(["resnapshot", "--config", str(cfg_path), "--table", "public.a"]) == 0
+    with Writer(pg_db, 1500):
+        _run(cfg_path, spark, ["public.a", "public.b"])
+    assert "resnapshot of public.a done" in caplog.text
+    _judge(cfg_path, pg_db, "a")
+    _judge(cfg_path, pg_db, "b")
+    assert main(["diff", "--config", str(cfg_path)]) == 0
+    # main moved once, from the old head to the new copy (whose history starts empty on the
+    # branch): no snapshot of main ever held part of the new copy over the old rows.
+    table = _iceberg_table(cfg_path, "public.a")
+    chain = _ancestry(table)
+    assert before not in chain
+    assert table.snapshot_by_id(chain[-1]).summary["replicator.resnapshot"] == "start"
+    assert RESNAPSHOT_BRANCH not in table.metadata.refs
+    assert not list((tmp_path / "state" / "resnapshot-requests").glob("*.json"))
+
+
+def _iceberg_table(cfg_path: Path, source_table: str) -> Any:
+    cfg = pg_support.load(cfg_path)
+    return open_catalog(cfg.iceberg).load_table(iceberg_table_name(cfg.iceberg, source_table))
+
+
+def _main_head(cfg_path: Path) -> int:
+    snap = _iceberg_table(cfg_path, "public.a").current_snapshot()
+    assert snap is not None
+    return int(snap.snapshot_id)
+
+
+def _ancestry(table: Any) -> list[int]:
+    out, snap = [], table.current_snapshot()
+    while snap is not None:
+        out.append(snap.snapshot_id)
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return out
+
+
+def _append_bogus_row(cfg_path: Path) -> None:
+    """Another tool appends a row the source never had (pyiceberg, on main)."""
+    table = _iceberg_table(cfg_path, "public.a")
+    schema = table.schema().as_arrow()
+    row = {f.name: None for f in schema}
+    row.update(id=999_999, v="bogus")
+    table.append(pa.Table.from_pylist([row], schema=schema))

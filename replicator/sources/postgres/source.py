@@ -272,6 +272,12 @@ class PostgresSource(ChangeSource):
             return refused
 
     @property
+    def incremental_pending(self) -> list[str]:
+        """Tables whose incremental snapshot is not committed yet."""
+        with self._lock:
+            return list(self._incr.state.tables) if self._incr is not None else []
+
+    @property
     def incremental_finished(self) -> list[str]:
         """Tables whose incremental snapshot is committed, once each (taken by the caller)."""
         with self._lock:
