@@ -173,3 +173,57 @@ def _append_bogus_row(cfg_path: Path) -> None:
     row = {f.name: None for f in schema}
     row.update(id=999_999, v="bogus")
     table.append(pa.Table.from_pylist([row], schema=schema))
+
+
+def test_postgres_incremental_resumes_and_running_engine_picks_up_resnapshot(
+    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        for t in ("a", "b"):
+            conn.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, 1400) g")
+    cfg_path = pg_support.write_config(tmp_path, pg_db, max_events=400)
+    _run(cfg_path, spark, ["public.a"])
+    # b added; the run stops after two batches, in the middle of b's copy
+    raw = yaml.safe_load(cfg_path.read_text())
+    raw["source"]["tables"] = ["public.a", "public.b"]
+    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg = pg_support.load(cfg_path)
+
+    def engine(stop: threading.Event | None = None) -> Replicator:
+        source = PostgresSource(
+            raw["source"]["dsn"], dead_letters=DeadLetterSink(cfg.dead_letter_path),
+            tables=raw["source"]["tables"], state_dir=cfg.state_dir, snapshot_chunk_rows=CHUNK,
+        )  # fmt: skip
+        return Replicator(cfg, engine="spark", spark=spark, source=source, stop=stop)
+
+    with Writer(pg_db, 200):
+        engine().run(max_batches=2)
+    state = yaml.safe_load((tmp_path / "state" / "postgres-replicator.incremental.json").read_text())
+    assert state["tables"] == ["public.b"] and state["frontier"]["public.b"] is not None
+    assert "incremental snapshot of public.b done" not in caplog.text
+    # the next run resumes at the frontier and finishes
+    engine().run(until_idle=True)
+    assert "incremental snapshot of public.b done" in caplog.text
+    _judge(cfg_path, pg_db, "b")
+
+    # a running engine picks a resnapshot request up, without a restart
+    _append_bogus_row(cfg_path)
+    stop = threading.Event()
+    rep = engine(stop)
+    runner = threading.Thread(target=rep.run, daemon=True)
+    with Writer(pg_db, 100_000):
+        runner.start()
+        assert main(["resnapshot", "--config", str(cfg_path), "--table", "public.a"]) == 0
+        for _ in range(600):
+            if "resnapshot of public.a done" in caplog.text:
+                break
+            stop.wait(0.2)
+        assert "resnapshot of public.a done" in caplog.text
+    stop.set()
+    runner.join()
+    engine().run(until_idle=True)  # the changes the stopped engine left
+    _judge(cfg_path, pg_db, "a")
+    _judge(cfg_path, pg_db, "b")
+    assert main(["diff", "--config", str(cfg_path)]) == 0
