@@ -82,6 +82,13 @@ class ChunkWindow(Generic[K, R]):
             if self._rows.pop(key, None) is not None:
                 self.dropped += 1
 
+    def truncated(self, table: str) -> None:
+        """The table was emptied at the source (TRUNCATE): none of the chunk's rows is
+        current any more; rows written after the TRUNCATE come through the stream."""
+        if table == self.table:
+            self.dropped += len(self._rows)
+            self._rows.clear()
+
     def close(self) -> list[R]:
         """At the HIGH watermark: the rows to hand out, in key order."""
         rows = list(self._rows.values())

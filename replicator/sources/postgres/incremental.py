@@ -206,6 +206,9 @@ class PgIncremental:
         w = self.window
         if w is None or ev.table != w.table:
             return
+        if ev.op is Op.TRUNCATE:
+            w.truncated(ev.table)
+            return
         info = self.tables[w.table]
         keys = []
         for image in (ev.before, ev.after):

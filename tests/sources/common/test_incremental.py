@@ -18,8 +18,9 @@ from replicator.sources.common.incremental import (
 )
 
 KEYS = st.integers(0, 30)
-# A source change: (op, key, value); "i" insert-or-update, "d" delete.
-CHANGES = st.lists(st.tuples(st.sampled_from(["i", "d"]), KEYS, st.integers(0, 9)), max_size=60)
+# A source change: (op, key, value); "i" insert-or-update, "d" delete, "t" truncate.
+OPS = st.sampled_from(["i", "i", "i", "d", "d", "t"])
+CHANGES = st.lists(st.tuples(OPS, KEYS, st.integers(0, 9)), max_size=60)
 
 
 def _simulate(
@@ -38,6 +39,12 @@ def _simulate(
 
     def step() -> None:
         op, key, value = queue.pop(0)
+        if op == "t":
+            source.clear()
+            target.clear()
+            if window is not None:
+                window.truncated("t")
+            return
         if op == "i":
             source[key] = value
             target[key] = value  # the stream's upsert
@@ -93,6 +100,14 @@ def test_without_the_window_a_chunk_row_overwrites_a_newer_change() -> None:
     window.on_change("other", [2])  # another table's key 2 is not this chunk's
     assert window.close() == [20]
     assert (window.read, window.dropped) == (2, 1)
+
+
+def test_a_truncate_between_read_and_high_empties_the_window() -> None:
+    window: ChunkWindow[int, int] = ChunkWindow("t", 1, [(1, 10), (2, 20)])
+    window.truncated("other")
+    assert window.dropped == 0
+    window.truncated("t")
+    assert window.close() == [] and window.dropped == 2
 
 
 def test_watermark_round_trip_and_foreign_messages() -> None:
