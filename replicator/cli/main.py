@@ -290,6 +290,10 @@ def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
 def _resnapshot(cfg, tables: list[str]) -> int:  # type: ignore[no-untyped-def]
     from replicator.pipeline.resnapshot import request_resnapshot
 
+    if cfg.source.type != "postgres":
+        print(f"replicator: resnapshot needs a postgres source (not yet {cfg.source.type})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_CONFIG
     selected = cfg.source.tables
     unknown = [t for t in tables if selected is not None and t not in selected]
     if unknown:
