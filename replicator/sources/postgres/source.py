@@ -151,6 +151,7 @@ class PostgresSource(ChangeSource):
         self._snap_acked_seq = -1  # last snapshot row the pipeline committed
         self._snap_read_all = False
         self._incr: PgIncremental | None = None  # tables copied while streaming
+        self._checkpointed: list[str] = []  # tables with a committed position at start
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -168,6 +169,7 @@ class PostgresSource(ChangeSource):
 
     def _start(self, checkpoints: Checkpoints) -> None:
         committed = {t: p.parts for t, p in checkpoints.positions("postgres").items()}
+        self._checkpointed = sorted(committed)
         conn = self._conn = self._connect()
         self.fencing_token = setup.acquire_fence(conn, self.slot)
         setup.check_server(conn)
@@ -237,7 +239,9 @@ class PostgresSource(ChangeSource):
         order = plan.tables if plan is not None else []
         snap_lsn = self._confirmed - 1
         initial = set(state.tables) if state is not None and not state.complete else set()
-        new = [t for t in order if t.qualified not in initial
+        # Only a pipeline that already holds tables adds some: a first copy (nothing
+        # committed anywhere) stays one snapshot before streaming.
+        new = [t for t in order if committed and t.qualified not in initial
                and (committed.get(t.qualified) or (None,))[0] != snap_lsn]  # fmt: skip
         asm = self._asm
         path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
@@ -273,9 +277,11 @@ class PostgresSource(ChangeSource):
 
     @property
     def incremental_pending(self) -> list[str]:
-        """Tables whose incremental snapshot is not committed yet."""
+        """Tables whose incremental snapshot is not committed yet, and tables this source
+        does not replicate (a copy of theirs cannot be complete either)."""
         with self._lock:
-            return list(self._incr.state.tables) if self._incr is not None else []
+            pending = list(self._incr.state.tables) if self._incr is not None else []
+            return pending + [t for t in self._checkpointed if t not in self._tables]
 
     @property
     def incremental_finished(self) -> list[str]:
@@ -622,7 +628,8 @@ class PostgresSource(ChangeSource):
     # -- introspection --------------------------------------------------------------------------
     @property
     def snapshot_in_progress(self) -> bool:
-        return self._cursor is not None
+        # An incremental snapshot too: a table partly copied makes no consistent cut.
+        return self._cursor is not None or (self._incr is not None and self._incr.active)
 
     @property
     def confirmed_lsn(self) -> int:
