@@ -311,3 +311,33 @@ def start_incremental(
         incr.add(t.qualified, "added")
     incr._save()
     return incr, []
+
+
+def discover_tables(
+    conn: psycopg.Connection[Any], publication: str, known: Mapping[str, TableInfo]
+) -> list[TableInfo]:
+    """Tables that appeared in the source since the selection was made (no ``source.tables``:
+    every table is selected): checked and added to the publication; a table the engine cannot
+    replicate (no key) is skipped with a warning, as it would be at a restart's check."""
+    from replicator.errors import SourceSetupError
+    from replicator.sources.postgres import setup
+
+    row = conn.execute(
+        "SELECT puballtables FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone()
+    if row is None or row[0]:
+        # FOR ALL TABLES: the stream may already have described a new table as not selected
+        # (pgoutput sends a relation once per session): it is picked up at the next start.
+        return []
+    new = [t for t in setup.list_tables(conn, None) if t.qualified not in known]
+    usable = []
+    for t in new:
+        try:
+            setup.check_tables(conn, [t])
+        except SourceSetupError as exc:
+            log.warning("new table %s is not replicated: %s", t.qualified, exc)
+            continue
+        usable.append(t)
+    if usable:
+        setup.ensure_publication(conn, publication, usable)
+    return usable

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from itertools import repeat
@@ -56,7 +57,11 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
-from replicator.sources.postgres.incremental import PgIncremental, start_incremental
+from replicator.sources.postgres.incremental import (
+    PgIncremental,
+    discover_tables,
+    start_incremental,
+)
 from replicator.sources.postgres.partitions import PartitionWatch
 from replicator.sources.postgres.pgoutput import TupleData, decode
 from replicator.sources.postgres.replication import (
@@ -110,6 +115,7 @@ class PostgresSource(ChangeSource):
         progress: bool | None = None,
         snapshot_copy: bool = True,
         failover_slot: bool = False,
+        discover_every_s: float = 30.0,
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
@@ -152,6 +158,8 @@ class PostgresSource(ChangeSource):
         self._snap_read_all = False
         self._incr: PgIncremental | None = None  # tables copied while streaming
         self._checkpointed: list[str] = []  # tables with a committed position at start
+        self.discover_every_s = discover_every_s  # new tables, when every table is selected
+        self._discovered_at = time.monotonic()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
@@ -260,6 +268,20 @@ class PostgresSource(ChangeSource):
         if plan is None or not keep:
             return None
         return SnapshotPlan(keep, plan.last_key if keep[0] is order[0] else None, plan.next_seq)
+
+    def _discover(self) -> None:
+        """Every table selected (no ``source.tables``): a table that appears in the source
+        is published and copied incrementally, without a restart."""
+        now = time.monotonic()
+        if self.tables_config is not None or now - self._discovered_at < self.discover_every_s:
+            return
+        self._discovered_at = now
+        assert self._conn is not None and self._incr is not None
+        for t in discover_tables(self._conn, self.publication, self._tables):
+            self._tables[t.qualified] = t
+            log.info("new table %s in the source: copied while the others stream", t.qualified)
+            self._incr.add(t.qualified, "added")
+            self.replay = replace(self.replay, snapshot_rows=True)
 
     def request_snapshot(self, tables: Sequence[str], reason: str) -> list[str]:
         """Copy ``tables`` again, incrementally, while streaming (a running engine's
@@ -482,6 +504,7 @@ class PostgresSource(ChangeSource):
         incr = self._incr
         if incr is not None:
             with self._lock:
+                self._discover()
                 incr.next_chunk()
         n = 0
         started = False
