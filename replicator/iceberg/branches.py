@@ -25,6 +25,8 @@ from replicator.iceberg.row_delta import commit_row_delta
 
 log = logging.getLogger(__name__)
 
+__all__ = ["MAIN_BRANCH", "RESNAPSHOT_BRANCH", "open_resnapshot_branch", "publish_resnapshot", "target_branch"]
+
 RESNAPSHOT_BRANCH = "replicator-resnapshot"
 RESNAPSHOT_PROPERTY = "replicator.resnapshot"  # summary mark of the branch's first snapshot
 

@@ -31,10 +31,12 @@ class IcebergRowLookup:
     """
 
     def __init__(
-        self, spark: Any, table: Table | str, key_columns: Sequence[str] | None = None
-    ) -> None:
+        self, spark: Any, table: Table | str, key_columns: Sequence[str] | None = None,
+        *, branch: str | None = None,
+    ) -> None:  # fmt: skip
         self.spark = spark
         self.table = table
+        self.branch = branch  # None: main
         if key_columns is None:
             if not isinstance(table, Table):
                 raise ValueError("key_columns are needed when the table is a metadata location")
@@ -62,7 +64,10 @@ class IcebergRowLookup:
         location = self._location()
         if isinstance(self.table, Table):  # tables on object storage: Hadoop S3A for Spark
             configure_spark(spark, location, file_io_properties(self.table.io.properties))
-        df = spark.read.format("iceberg").load(location)
+        reader = spark.read.format("iceberg")
+        if self.branch is not None:
+            reader = reader.option("branch", self.branch)
+        df = reader.load(location)
         schema = df.schema
         key_struct = T.StructType([schema[c] for c in self.key_columns])
         wanted = spark.createDataFrame([tuple(k) for k in out], schema=key_struct)

@@ -61,7 +61,7 @@ from replicator.errors import (
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.events.unavailable import fill_unavailable
-from replicator.iceberg.branches import target_branch
+from replicator.iceberg.branches import MAIN_BRANCH, target_branch
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -290,7 +290,12 @@ def _with_held_keys(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> Sta
         return staged
     held: set[Any] = set()
     if not part.truncate:  # else the table is empty before these events
-        lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
+        table = part.state.table
+        branch = target_branch(table)
+        lookup = IcebergRowLookup(
+            env.spark if env.spark is not None else _local_spark, table, keys,
+            branch=None if branch == MAIN_BRANCH else branch,
+        )  # fmt: skip
         held = {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
     return dataclasses.replace(staged, table=with_held_keys(staged.table, keys, held))
 

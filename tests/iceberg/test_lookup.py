@@ -15,6 +15,7 @@ from replicator.config import load_config
 from replicator.events.debezium import DebeziumParser
 from replicator.events.model import SourcePosition
 from replicator.events.unavailable import UNAVAILABLE, fill_unavailable
+from replicator.iceberg.branches import RESNAPSHOT_BRANCH, open_resnapshot_branch
 from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.tables import open_catalog
 from replicator.pipeline.runner import Replicator
@@ -63,3 +64,8 @@ def test_lookup_reads_current_rows_with_deletes_applied(tmp_path: Path, spark: A
     assert parsed is not None and parsed.after is not None and parsed.after["big"] is UNAVAILABLE
     (filled,) = fill_unavailable([parsed], ("id",), lookup)
     assert filled.after is not None and filled.after["big"] == b"\x00large value"
+
+    # A table being copied again is read on its resnapshot branch (empty when it opens).
+    open_resnapshot_branch(table)
+    assert IcebergRowLookup(spark, table, branch=RESNAPSHOT_BRANCH)([(1,)]) == {(1,): None}
+    assert IcebergRowLookup(spark, table)([(1,)]) == {(1,): got[(1,)]}
