@@ -290,7 +290,7 @@ def _diff(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
 def _resnapshot(cfg, tables: list[str]) -> int:  # type: ignore[no-untyped-def]
     from replicator.pipeline.resnapshot import request_resnapshot
 
-    if cfg.source.type != "postgres":
+    if cfg.source.type not in ("postgres", "mysql"):
         print(f"replicator: resnapshot needs a postgres source (not yet {cfg.source.type})",
               file=sys.stderr)  # fmt: skip
         return EXIT_CONFIG

@@ -168,6 +168,7 @@ class IncrementalState(JsonStateFile):
     frontier: dict[str, list[Any] | None] = field(default_factory=dict)  # committed last key
     # table -> why it is copied: "added" (new to the engine) or "resnapshot" (copied again).
     reason: dict[str, str] = field(default_factory=dict)
+    next_seq: int = 0  # sources whose chunk positions need a counter (MariaDB)
 
     def add(self, table: str, reason: str) -> bool:
         if table in self.tables:

@@ -53,6 +53,10 @@ from replicator.sources.mysql.types import (
 )
 
 SNAPSHOT_BASE = -(1 << 62)
+# Rows of incremental snapshots (``incremental.py``): negative too (they sort before the
+# transaction at their binlog point) but above every initial-snapshot seq, and streamed-like:
+# not snapshot positions for the restart rules.
+INCREMENTAL_BASE = -(1 << 61)
 
 
 def snapshot_parts(file: str, pos: int, seq: int) -> tuple[str, int, int]:
@@ -60,7 +64,7 @@ def snapshot_parts(file: str, pos: int, seq: int) -> tuple[str, int, int]:
 
 
 def is_snapshot_parts(parts: Sequence[Any]) -> bool:
-    return len(parts) == 3 and int(parts[2]) < 0
+    return len(parts) == 3 and int(parts[2]) < INCREMENTAL_BASE
 
 
 def snapshot_seq(parts: Sequence[Any]) -> int:

@@ -79,8 +79,10 @@ from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
+from replicator.sources.common.incremental import IncrementalState
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
+from replicator.sources.mysql.incremental import MyIncremental
 from replicator.sources.mysql.retained import binlog_head, binlog_position
 from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
 from replicator.sources.mysql.snapshot import (
@@ -163,6 +165,9 @@ class MySQLSource(ChangeSource):
         self._cursor: SnapshotCursor[Chunk] | None = None  # set while the snapshot is read
         self._snap_point: tuple[str, int] | None = None
         self._snap_state: SnapshotState | None = None
+        self._incr: MyIncremental | None = None  # tables copied while streaming (MariaDB)
+        self._checkpointed: list[str] = []
+        self.incremental_path = state / f"mysql-{server_id}.incremental.json" if state else None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, checkpoints: Checkpoints) -> None:
@@ -211,9 +216,11 @@ class MySQLSource(ChangeSource):
         }
         files = setup.binary_logs(conn)
         basename = setup.binlog_basename(list(files)[-1]) if files else ""
+        self._checkpointed = sorted(t for t, p in committed.items() if p.source == "mysql")
         if not self._committed:
             self._begin_snapshot(infos, None, None, 0)
             self.replay = EXACT  # one consistent snapshot, the stream starts at it
+            self._start_incremental([])
             return
         for t, p in self._committed.items():
             if setup.binlog_basename(str(p[0])) != basename:
@@ -251,6 +258,8 @@ class MySQLSource(ChangeSource):
             if t.qualified not in self._committed
             or not finished(self._committed[t.qualified], t.qualified)
         ]
+        # Tables new to this pipeline are copied while streaming (MariaDB, with a state dir).
+        needs = self._start_incremental(needs)
         self._seed_history([t for t in infos if t not in needs], resume)
         if not needs:
             return
@@ -267,6 +276,79 @@ class MySQLSource(ChangeSource):
             if state.last_key is not None and needs and needs[0].qualified == current:
                 last_key = decode_key(state.last_key)
         self._begin_snapshot(needs, resume, last_key, next_seq)
+
+    def _start_incremental(self, needs: list[setup.TableInfo]) -> list[setup.TableInfo]:
+        """Set up incremental snapshots; returns the tables left to the snapshot before
+        streaming (an interrupted first copy, or no incremental snapshots here)."""
+        assert self.server is not None
+        if self.incremental_path is None or not self.server.is_mariadb:
+            return needs
+        state = IncrementalState.load(self.incremental_path)
+        if state is None or state.source_id not in (None, self.source_id):
+            state = IncrementalState(source_id=self.source_id)
+        state.source_id = self.source_id
+        for gone in [t for t in state.tables if t not in self._tables]:
+            log.info("incremental snapshot of %s dropped: the table is no longer selected", gone)
+            state.tables.remove(gone)
+        for gone in [t for t in self._checkpointed if t not in self._tables]:
+            log.info("%s is no longer selected: its changes are not replicated any more; its "
+                     "Iceberg table is kept as it is", gone)  # fmt: skip
+        self._incr = MyIncremental(
+            params=self.params, tables=self._tables, snap_table=self._snap_table, state=state,
+            state_path=self.incremental_path, chunk_rows=self.snapshot_chunk_rows,
+            dead_letter=self._dead_letter_row, progress=self.progress,
+        )  # fmt: skip
+        new = [t for t in needs if t.qualified not in self._committed or t.qualified in state.tables]
+        for t in new:
+            self._incr.add(t.qualified, "added")
+        self._incr.save()
+        if self._incr.active:
+            self.replay = replace(self.replay, snapshot_rows=True)  # chunk rows are upserts
+        return [t for t in needs if t not in new]
+
+    def _snap_table(self, conn: Any, info: setup.TableInfo) -> SnapTable:
+        """How a chunk of ``info`` is read and converted now (hints as the stream's)."""
+        cols = describe_tables(conn, [info])[info.qualified]
+        hints = self.history.get(info.qualified)
+        cols = [
+            replace(d, is_bool=d.data_type == "tinyint" and hints.is_bool(d.name),
+                    is_json=d.data_type == "json" or (d.data_type == "text" and hints.is_json(d.name)))
+            for d in cols
+        ]  # fmt: skip
+        return snap_table(info, cols, self.zero_dates)
+
+    def _dead_letter_row(
+        self, t: SnapTable, row: tuple[Any, ...], parts: tuple[Any, ...], exc: ValueConversionError
+    ) -> None:
+        names = t.rows.names
+        dead_letter(self.dead_letters, self.stats, t.info.qualified, t.schema,
+                    dict(zip(names, row, strict=False)), parts, exc)  # fmt: skip
+
+    def request_snapshot(self, tables: Sequence[str], reason: str) -> list[str]:
+        """Copy ``tables`` again while streaming; returns the ones that cannot be."""
+        with self._lock:
+            if self._incr is None:
+                return list(tables)
+            refused = [t for t in tables if t not in self._tables]
+            for t in tables:
+                if t in self._tables:
+                    self._incr.add(t, reason)
+            self.replay = replace(self.replay, snapshot_rows=True)
+            return refused
+
+    @property
+    def incremental_pending(self) -> list[str]:
+        with self._lock:
+            pending = list(self._incr.state.tables) if self._incr is not None else []
+            return pending + [t for t in self._checkpointed if t not in self._tables]
+
+    @property
+    def incremental_finished(self) -> list[str]:
+        with self._lock:
+            if self._incr is None:
+                return []
+            out, self._incr.finished = self._incr.finished, []
+            return out
 
     def _load_acked(self, basename: str) -> tuple[Any, ...] | None:
         if self.offsets_path is None:
@@ -383,6 +465,8 @@ class MySQLSource(ChangeSource):
                 self._cursor = None
             if self._stream is not None:
                 self._stream.close()
+            if self._incr is not None:
+                self._incr.close()
             if self._snap is not None:
                 with contextlib.suppress(pymysql.err.Error):
                     self._snap.conn.close()
@@ -436,7 +520,19 @@ class MySQLSource(ChangeSource):
                 self._last_out,
                 fast_rows=self.fast_rows,
             )
-        yield from self._stream.poll(self.poll_max_events)
+            if self._incr is not None:
+                self._stream.at_boundary = self._incr.at_boundary
+        incr = self._incr
+        while True:  # with chunks left, never an empty poll (it would read as idle)
+            if incr is not None:
+                with self._lock:
+                    incr.next_chunk()
+            got = False
+            for ev in self._stream.poll(self.poll_max_events):
+                got = True
+                yield ev
+            if got or incr is None or not incr.busy:
+                return
 
     def _keep_fence(self) -> None:
         """The fence lives as long as the control connection: keep it from idling out (the
@@ -518,6 +614,8 @@ class MySQLSource(ChangeSource):
                         if self.snapshot_path:
                             st.save(self.snapshot_path)
                 return
+            if self._incr is not None:
+                self._incr.acknowledge(parts)
             if st is not None and not st.complete:
                 st.complete = True  # a streamed position: every snapshot row before it is durable
                 if self.snapshot_path:
@@ -531,7 +629,8 @@ class MySQLSource(ChangeSource):
     # -- introspection --------------------------------------------------------------------------
     @property
     def snapshot_in_progress(self) -> bool:
-        return self._cursor is not None
+        # An incremental snapshot too: a table partly copied makes no consistent cut.
+        return self._cursor is not None or (self._incr is not None and self._incr.active)
 
     @property
     def zero_dates_nulled(self) -> int:

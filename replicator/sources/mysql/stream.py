@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +142,9 @@ class BinlogStream:
         self._rel_by_columns: dict[int, tuple[list[Any], int, _Rel]] = {}
         self._tx: _Tx | None = None
         self._pending: tuple[Any, ...] | None = None
+        # Called between transactions with the stream's position: events to hand out there
+        # (an incremental snapshot's chunk, ``incremental.py``).
+        self.at_boundary: Callable[[tuple[str, int]], Iterator[ChangeEvent]] | None = None
 
     def _open_reader(self) -> BinLogStreamReader:
         file, pos = self.resume
@@ -176,6 +179,7 @@ class BinlogStream:
         fresh = self._reader is None
         reader = self._reader or self._open_reader()
         stop = self.stats.changes + max_events
+        yield from self._boundary()
         while self.stats.changes < stop:
             try:
                 ev = reader.fetchone()
@@ -184,6 +188,7 @@ class BinlogStream:
                 setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")
                 return
             if ev is None:  # non-blocking dump: the end of the binlog, as of when it was sent
+                yield from self._boundary()
                 if self._tx is None and reader.log_file and reader.log_pos:
                     # Everything before it is read, filtered events included.
                     self._note_reached((str(reader.log_file), int(reader.log_pos)))
@@ -196,6 +201,7 @@ class BinlogStream:
             finished = False
             try:
                 yield from self._handle(ev)
+                yield from self._boundary()
                 finished = True
             finally:
                 if not finished:  # the consumer stopped mid-event: rows of it may be unread
@@ -211,6 +217,13 @@ class BinlogStream:
         if self._tx is None and self._pending is None:
             self._note_reached(self.resume)
         return self.reached
+
+    def _boundary(self) -> Iterator[ChangeEvent]:
+        if self.at_boundary is None or self._tx is not None or self._pending is not None:
+            return
+        for ev in self.at_boundary(self.resume):
+            self.last_out = tuple(ev.position.parts)
+            yield ev
 
     def _handle(self, ev: Any) -> Iterator[ChangeEvent]:
         t = type(ev)
