@@ -425,6 +425,8 @@ class Replicator:
     def _caught_up(self, batcher: Batcher) -> bool:
         """--until-idle: everything the source had at run start is committed (pipeline/catchup.py)."""
         committed = self.summary.last_position
+        if getattr(self.source, "incremental_active", False):
+            return False  # a table is still being copied (sources/common/incremental.py)
         if not self._catch.done(pending=batcher.pending > 0, committed=committed):
             self._catch.log_waiting(committed)
             return False

@@ -104,13 +104,16 @@ def test_postgres_add_table_then_resnapshot(
             conn.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, 1000) g")
     cfg_path = pg_support.write_config(tmp_path, pg_db, max_events=400)
-    with Writer(pg_db, 300):
+    with Writer(pg_db, 300) as w:
         _run(cfg_path, spark, ["public.a"])
+        w.thread.join()
+    _run(cfg_path, spark, ["public.a"])  # --until-idle ends at the head seen at its start
     a_meta = pg_support.iceberg_metadata(pg_support.load(cfg_path), "public.a")
     a_snapshots = len(spark_snapshot_summaries(a_meta))
     with Writer(pg_db, 1500) as w:
-        _run(cfg_path, spark, ["public.a", "public.b"])
-        assert w.count == 1500  # the run went on until the changes stopped
+        _run(cfg_path, spark, ["public.a", "public.b"])  # b copied while the changes arrive
+        w.thread.join()
+    _run(cfg_path, spark, ["public.a", "public.b"])
     # b was copied in chunks while a streamed (not by a snapshot before streaming resumed)
     assert "incremental snapshot of public.b done" in caplog.text
     assert "snapshot of 1 table(s)" not in caplog.text
@@ -131,8 +134,10 @@ def test_postgres_add_table_then_resnapshot(
     assert main(["diff", "--config", str(cfg_path)]) != 0
     before = _main_head(cfg_path)
     assert main(["resnapshot", "--config", str(cfg_path), "--table", "public.a"]) == 0
-    with Writer(pg_db, 1500):
+    with Writer(pg_db, 1500) as w:
         _run(cfg_path, spark, ["public.a", "public.b"])
+        w.thread.join()
+    _run(cfg_path, spark, ["public.a", "public.b"])
     assert "resnapshot of public.a done" in caplog.text
     _judge(cfg_path, pg_db, "a")
     _judge(cfg_path, pg_db, "b")

@@ -343,6 +343,11 @@ class MySQLSource(ChangeSource):
             return pending + [t for t in self._checkpointed if t not in self._tables]
 
     @property
+    def incremental_active(self) -> bool:
+        """An incremental snapshot has rows not yet committed (or chunks not yet read)."""
+        return self._incr is not None and self._incr.active
+
+    @property
     def incremental_finished(self) -> list[str]:
         with self._lock:
             if self._incr is None:

@@ -306,6 +306,11 @@ class PostgresSource(ChangeSource):
             return pending + [t for t in self._checkpointed if t not in self._tables]
 
     @property
+    def incremental_active(self) -> bool:
+        """An incremental snapshot has rows not yet committed (or chunks not yet read)."""
+        return self._incr is not None and self._incr.active
+
+    @property
     def incremental_finished(self) -> list[str]:
         """Tables whose incremental snapshot is committed, once each (taken by the caller)."""
         with self._lock:
