@@ -38,6 +38,7 @@ from replicator.sources.mysql.snapshot import (
     SnapshotState,
     SnapTable,
     describe_tables,
+    is_snapshot_parts,
     open_consistent_snapshot,
     snap_table,
 )
@@ -340,7 +341,8 @@ class MySQLSide:
         ours = {t: p for t, p in positions.items() if p is not None and p.source == "mysql"}
         state = SnapshotState.load(self.state_dir / f"mysql-{self.server_id}.snapshot.json")
         done = state.done_tables() if state is not None else set()
-        unfinished = sorted(t for t, p in ours.items() if int(p.parts[2]) < 0 and t not in done)
+        # (Rows of an incremental snapshot are negative too, but stand at their binlog point.)
+        unfinished = sorted(t for t, p in ours.items() if is_snapshot_parts(p.parts) and t not in done)
         if unfinished:
             return EngineProgress(
                 False, f"the engine's initial snapshot of {', '.join(unfinished)} may be "
