@@ -233,6 +233,15 @@ def test_postgres_incremental_resumes_and_running_engine_picks_up_resnapshot(
     _judge(cfg_path, pg_db, "b")
     assert main(["diff", "--config", str(cfg_path)]) == 0
 
+    # b taken out of the selection: no longer replicated, its Iceberg table kept, logged
+    b_rows = spark_rows(pg_support.iceberg_metadata(cfg, "public.b"), ["id"])
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("DELETE FROM b WHERE id < 100")
+    _run(cfg_path, spark, ["public.a"])
+    assert "public.b is no longer selected: its changes are not replicated any more; its " \
+        "Iceberg table is kept as it is" in caplog.text
+    assert spark_rows(pg_support.iceberg_metadata(cfg, "public.b"), ["id"]) == b_rows
+
 
 def test_postgres_table_created_while_running_is_copied(
     tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture
