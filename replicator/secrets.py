@@ -50,6 +50,13 @@ def redacted(properties: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def forget_all() -> None:
+    """Forget every registered secret (a process that loads another configuration; tests,
+    so that one test's password does not mask words in the next one's log lines)."""
+    with _lock:
+        _known.clear()
+
+
 def register(values: Iterable[str | None]) -> None:
     """Remember secret values so :func:`scrub` hides them from now on."""
     with _lock:

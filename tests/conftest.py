@@ -28,6 +28,17 @@ if _ROOT not in sys.path:
 os.environ.setdefault("REPLICATOR_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1")
 
 
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> Iterator[None]:
+    """Secrets registered by one test (a DSN's password, e.g. "repl") are masked in every
+    later log line of the process: forget them after each test, so no test's log text
+    depends on which tests ran before it."""
+    yield
+    from replicator import secrets
+
+    secrets.forget_all()
+
+
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     """The process-wide local Spark session with Iceberg (started once, ~5 s)."""
