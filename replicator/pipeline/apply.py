@@ -41,7 +41,7 @@ from replicator.errors import (
 )
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
-from replicator.events.unavailable import fill_unavailable
+from replicator.events.unavailable import fill_unavailable, has_unavailable
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -52,13 +52,23 @@ from replicator.iceberg.files import (
 from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
+from replicator.pipeline.chunks import (
+    UNFILLABLE_IN_CHUNKS,
+    ChunkStore,
+    SpilledTable,
+    align,
+    same_layout,
+    spilled_pending,
+)
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
     StagedBatch,
     deferred_key_moves,
+    renumbered,
     stage_events,
+    staged_schema,
     with_held_keys,
 )
 from replicator.retry import call_with_retries
@@ -118,6 +128,8 @@ class ApplyEnv:
     # A batch of at most this many staged rows runs the stage in this process, without a
     # Spark job (its fixed cost is most of a small batch's time); 0: always on Spark.
     driver_max_rows: int = 0
+    # Where chunks of transactions larger than a batch are staged (``pipeline.spill``).
+    chunk_store: ChunkStore | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,9 @@ class _TablePart:
     done: Checkpoint | None = None  # set when the table already holds every event
     counted: bool = False
     truncate: bool = False  # the batch truncates the table: its commit removes every file
+    spilled: SpilledTable | None = None  # the part of a large transaction staged in chunks
+    chunks: tuple[str, ...] = ()  # staged chunk files this attempt reads before ``staged``
+    chunk_rows: int = 0
 
 
 def apply_batch(
@@ -201,14 +216,22 @@ def apply_batch(
     events: Mapping[str, Sequence[ChangeEvent]],
     batch: BatchCommit,
     totals: Callable[[str], TableTotals],
+    spilled: Mapping[str, SpilledTable] | None = None,
 ) -> BatchOutcome:
     """Make one batch durable: every table's files in ONE Spark job, then one commit per
     table, in the order of ``events``. A table with a change it cannot apply is stopped
-    (``BatchOutcome.stopped``); the others go on."""
+    (``BatchOutcome.stopped``); the others go on. ``spilled``: the batch's transaction's
+    events staged in chunks before ``events`` (``pipeline.spill``)."""
     outcome = BatchOutcome()
     parts: dict[str, _TablePart] = {}
     mine = batch.checkpoint(env.writer_id)
-    for table, table_events in events.items():
+    spilled = spilled or {}
+    for table in dict.fromkeys([*spilled, *events]):
+        table_events = events.get(table, ())
+        spill = spilled.get(table)
+        if spill is not None and spill.stopped is not None:
+            outcome.stopped[table] = spill.stopped
+            continue
         try:
             if all(e.op is Op.TRUNCATE and e.schema_ is None for e in table_events):
                 existing = env.tables.load_existing(table)
@@ -220,7 +243,7 @@ def apply_batch(
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        part = _TablePart(state, table_events, totals(table))
+        part = _TablePart(state, table_events, totals(table), spilled=spill)
         try:
             _prepare(env, part, mine, attempt=1)
         except BadChangeError as exc:
@@ -254,34 +277,76 @@ def _prepare(
     _check_fence(part.state, current, basis, mine, attempt)
     part.current, part.parent_id = current, parent.snapshot_id if parent else None
     part.written = part.staged = part.done = None
+    part.chunks, part.chunk_rows = (), 0
     pending = _not_yet_in(current, part.events)
-    if not pending:
+    spill = part.spilled
+    if spill is not None and not spilled_pending(current.position if current else None, spill):
+        spill = None  # the table holds the whole transaction
+    if not pending and spill is None:
         part.done = current if current is not None else mine
         return
     # A TRUNCATE empties the table at its position: what came before it in the batch does
     # not matter, the commit removes every file, and the changes after it apply on top.
     cut = max((i for i, e in enumerate(pending) if e.op is Op.TRUNCATE), default=None)
-    part.truncate = cut is not None
+    part.truncate = cut is not None or (spill is not None and spill.truncate)
     if cut is not None:
         pending = pending[cut + 1 :]
+        spill = None  # the chunks came before it
+    if spill is not None and any(has_unavailable(e.after) or has_unavailable(e.before) for e in pending):
+        raise BadChangeError(UNFILLABLE_IN_CHUNKS, table=part.state.source_table, position=pending[0].position)
     pending = _fill_unavailable(env, part.state, pending, use_table=not part.truncate)
-    staged = _stage(env, part, pending)
-    part.staged = _with_held_keys(env, part, staged)
+    staged = _stage(env, part, pending, spill)
+    part.staged = _with_held_keys(env, part, staged, spill)
 
 
-def _with_held_keys(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> StagedBatch:
+def _with_held_keys(
+    env: ApplyEnv, part: _TablePart, staged: StagedBatch, spill: SpilledTable | None
+) -> StagedBatch:
     """When a key move of this batch may land on a key the table still holds (a deferred
     unique check, ``staging.deferred_key_moves``), tell the mapper which of those keys the
-    table does hold (one lookup); the common case (no such move) costs one vector test."""
+    table does hold (one lookup); the common case (no such move) costs one vector test.
+    With staged chunks, the analysis goes on from theirs, and the chunks get the flags too."""
     keys = part.state.key_columns
-    wanted = deferred_key_moves(staged.table, keys) if staged.events else set()
-    if not wanted:
-        return staged
+    wanted: set[Any] = set()
+    if spill is not None:
+        wanted |= spill.moved_again
+        if staged.events:
+            wanted |= deferred_key_moves(staged.table, keys, set(spill.moved_to))
+    elif staged.events:
+        wanted = deferred_key_moves(staged.table, keys)
     held: set[Any] = set()
-    if not part.truncate:  # else the table is empty before these events
+    if wanted and not part.truncate:  # else the table is empty before these events
         lookup = IcebergRowLookup(env.spark if env.spark is not None else _local_spark, part.state.table, keys)
         held = {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
+    if spill is not None:
+        _chunks_for_stage(env, part, spill, held)
+    if not wanted:
+        return staged
     return dataclasses.replace(staged, table=with_held_keys(staged.table, keys, held))
+
+
+def _chunks_for_stage(env: ApplyEnv, part: _TablePart, spill: SpilledTable, held: set[Any]) -> None:
+    """The staged chunks as the stage reads them: a chunk staged before the table gained a
+    column (or widened one) is rewritten in the table's layout now, and when the table held
+    keys that the transaction moves rows onto, every chunk gets the mapper's flags. One chunk
+    in memory at a time; rewritten files go to the chunk store (scratch, like the rest)."""
+    keys = part.state.key_columns
+    schema = part.state.table.schema()
+    layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], keys)
+    io_props = file_io_properties(part.state.table.io.properties)
+    out: list[str] = []
+    for chunk in spill.chunks:
+        if same_layout(chunk.schema, layout) and not held:
+            out.append(chunk.location)
+            continue
+        store = env.chunk_store
+        assert store is not None, "chunks were staged without a chunk store"
+        table = align(store.read(chunk, io_props), layout)
+        if held:
+            table = with_held_keys(table, keys, held)
+        out.append(store.write(table, io_props).location)
+    part.chunks = tuple(out)
+    part.chunk_rows = sum(c.rows for c in spill.chunks)
 
 
 def _fill_unavailable(
@@ -323,14 +388,21 @@ def _local_spark() -> Any:
     return get_spark()
 
 
-def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
+def _stage(
+    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], spill: SpilledTable | None = None
+) -> StagedBatch:
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
     staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    if spill is not None:  # numbered on after the chunks'
+        staged = dataclasses.replace(staged, table=renumbered(staged.table, spill.rows))
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events
+        if part.spilled is not None:
+            part.totals.dead_letters += part.spilled.dead_lettered
+            part.totals.events += part.spilled.events
         part.counted = True
     part.totals.stage_seconds += time.perf_counter() - t0
     return staged
@@ -418,7 +490,7 @@ def _retry(
 
 def _not_yet_in(current: Checkpoint | None, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
     """The events the table does not hold yet (events are in position order)."""
-    if current is None or current.position.source != events[0].position.source:
+    if not events or current is None or current.position.source != events[0].position.source:
         return events
     done = current.position
     if events[0].position > done:
@@ -453,14 +525,14 @@ def _check_fence(
 
 def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> None:
     """Write every part's files: ONE Spark job for all of them."""
-    todo = [p for p in parts if p.staged is not None and p.staged.events]
+    todo = [p for p in parts if p.staged is not None and (p.staged.events or p.chunks)]
     for p in parts:
-        if p.staged is not None and not p.staged.events:
+        if p.staged is not None and not p.staged.events and not p.chunks:
             p.written = _Written()  # everything dead-lettered: commit the position alone
     if not todo:
         return
     t0 = time.perf_counter()
-    rows = sum(p.staged.table.num_rows for p in todo if p.staged is not None)
+    rows = sum(p.staged.table.num_rows + p.chunk_rows for p in todo if p.staged is not None)
     in_driver = env.engine == "local" or rows <= env.driver_max_rows
 
     def run_stage() -> list[StageResult]:
@@ -474,8 +546,8 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
             for i, p in enumerate(todo):
                 assert p.staged is not None
                 spec = _stage_spec(p.state, batch.plan)
-                if in_driver:
-                    path = ""
+                if in_driver or not p.staged.table.num_rows:
+                    path = ""  # in this process, or only staged chunks
                 elif env.staging_uri is not None:
                     path = f"{env.staging_uri.rstrip('/')}/{name}/{i:05d}.parquet"
                     with open_output(path, io_props) as out:
@@ -485,14 +557,19 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                     path = str(stage_dir / f"{i:05d}.parquet")
                     pq.write_table(p.staged.table, path, compression="lz4")
                 tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props,
-                                       rows=p.staged.table.num_rows))  # fmt: skip
+                                       rows=p.staged.table.num_rows + p.chunk_rows,
+                                       chunk_paths=p.chunks))  # fmt: skip
             if in_driver:
-                return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
+                return [
+                    apply_local(p.staged.table, t.spec, chunk_paths=t.chunk_paths, io_properties=io_props)  # type: ignore[union-attr]
+                    for p, t in zip(todo, tasks, strict=True)
+                ]
             return apply_batch_with_spark(env.spark, tasks)
         finally:
             if env.staging_uri is not None:
                 for t in tasks:
-                    delete_file(t.staged_path, io_props)
+                    if t.staged_path:
+                        delete_file(t.staged_path, io_props)
             shutil.rmtree(stage_dir, ignore_errors=True)
 
     results = call_with_retries(run_stage, what="apply stage")
