@@ -8,7 +8,8 @@ Per size K, against a private server (started here, removed afterwards): an empt
 replicated once (slot / binlog position; not measured), then ONE transaction writes K
 changes (``--kind insert``: one INSERT ... SELECT of K rows; ``update``: the table is filled
 with K rows first and one UPDATE changes every row), then a FRESH engine process runs
-``replicator run --until-idle`` and reports its own peak RSS (``ru_maxrss`` of that process:
+``replicator run`` until the table holds the K rows (then SIGTERM: a clean stop) and reports
+its own peak RSS (``ru_maxrss`` of that process:
 the driver; Spark's JVM and Python workers are other processes). With the batch limits at
 their defaults a transaction above ``batch.max_events`` is staged to chunk files as it arrives
 (``pipeline.spill``), so the peak should not grow with K. The committed row count is checked
@@ -22,6 +23,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,43 +43,61 @@ UPDATE = "UPDATE {t} SET a = a + 1"
 FILL_STEP = 1_000_000
 
 
-def _child(config: str, rss_out: str) -> None:
-    """The measured engine: one ``run --until-idle`` in this process, then its peak RSS."""
+def _child(config: str, rss_out: str, until_idle: bool) -> None:
+    """The measured engine: one ``run`` in this process, then its peak RSS."""
     from replicator.cli.main import main
 
     t0 = time.perf_counter()
-    rc = main(["run", "--config", config, "--until-idle"])
+    rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])])
     seconds = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     Path(rss_out).write_text(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kib": peak_kib}))
     sys.exit(rc)
 
 
-def _engine(config: Path, out: Path) -> dict[str, Any]:
+def _engine(config: Path, out: Path, *, until_rows: int | None = None) -> dict[str, Any]:
+    """One engine process. ``until_rows``: run until the table holds that many rows, then
+    stop it with SIGTERM (a clean stop), since ``--until-idle`` may take the keepalives the
+    server sends while it decodes a huge transaction for "idle" (issue 23 item 1)."""
     rss = out.with_suffix(".rss.json")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    out.write_text(proc.stderr)
-    if proc.returncode != 0 or not rss.exists():
-        raise RuntimeError(f"engine failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss)]
+    if until_rows is None:
+        cmd.append("--child-until-idle")
+    with out.open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+        if until_rows is not None:
+            base = config.parent
+            while proc.poll() is None and _committed_rows(base) < until_rows:
+                time.sleep(1.0)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    text = out.read_text()
+    if proc.returncode not in (0, 130, 143) or not rss.exists():
+        raise RuntimeError(f"engine failed ({proc.returncode}): {text[-3000:]}")
     result: dict[str, Any] = json.loads(rss.read_text())
-    result["batches"] = sum(1 for line in proc.stderr.splitlines() if "batch " in line and " events, " in line)
+    result["batches"] = sum(1 for line in text.splitlines() if "batch " in line and " events, " in line)
     return result
 
 
 def _committed_rows(base: Path) -> int:
-    """Live rows of the one Iceberg table (Iceberg Java through DuckDB would cost minutes at
-    20M rows; the snapshot summary is exact for an insert-only or update-all table)."""
+    """Live rows of the one Iceberg table, 0 before it exists (Iceberg Java through DuckDB
+    would cost minutes at 20M rows; the snapshot summary is exact for an insert-only or
+    update-all table)."""
     import sqlite3
 
     from pyiceberg.table import StaticTable
 
-    with sqlite3.connect(base / "catalog.db") as db:
-        (location,) = db.execute("SELECT metadata_location FROM iceberg_tables").fetchone()
-    snap = StaticTable.from_metadata(location).current_snapshot()
-    assert snap is not None and snap.summary is not None
+    try:
+        with sqlite3.connect(base / "catalog.db") as db:
+            row = db.execute("SELECT metadata_location FROM iceberg_tables").fetchone()
+    except sqlite3.Error:
+        return 0
+    if row is None:
+        return 0
+    snap = StaticTable.from_metadata(row[0]).current_snapshot()
+    if snap is None or snap.summary is None:
+        return 0
     s = snap.summary
     return int(s.get("total-records", 0)) - int(s.get("total-position-deletes", 0)) - int(
         s.get("total-equality-deletes", 0)
@@ -117,7 +137,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
         else:
             conn.execute(PG_INSERT.format(t=table, lo=1, hi=size).encode())
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log")
+    measured = _engine(config, work / "run.log", until_rows=size)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -145,7 +165,7 @@ def _my_size(my: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
         else:
             cur.execute(MY_INSERT.format(t=table, lo=1, hi=size))
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log")
+    measured = _engine(config, work / "run.log", until_rows=size)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -157,9 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bigtx")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
+    ap.add_argument("--child-until-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _child(args.child, args.rss_out)
+        _child(args.child, args.rss_out, args.child_until_idle)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
