@@ -334,19 +334,20 @@ def _chunks_for_stage(env: ApplyEnv, part: _TablePart, spill: SpilledTable, held
     schema = part.state.table.schema()
     layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], keys)
     io_props = file_io_properties(part.state.table.io.properties)
+    store = env.chunk_store
+    assert store is not None, "chunks were staged without a chunk store"
+    rewrites = store.new_prefix()
     out: list[str] = []
-    for chunk in spill.chunks:
-        if same_layout(chunk.schema, layout) and not held:
-            out.append(chunk.location)
-            continue
-        store = env.chunk_store
-        assert store is not None, "chunks were staged without a chunk store"
-        table = align(store.read(chunk, io_props), layout)
-        if held:
-            table = with_held_keys(table, keys, held)
-        out.append(store.write(table, io_props).location)
+    for i in range(spill.first_chunk, spill.chunks):
+        location = store.location(spill.prefix, i)
+        if held or not same_layout(spill.layout_of(i), layout):
+            table = align(store.read(location, io_props), layout)
+            if held:
+                table = with_held_keys(table, keys, held)
+            location = store.write(table, rewrites, io_props)
+        out.append(location)
     part.chunks = tuple(out)
-    part.chunk_rows = sum(c.rows for c in spill.chunks)
+    part.chunk_rows = spill.live_rows
 
 
 def _fill_unavailable(

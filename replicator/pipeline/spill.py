@@ -51,7 +51,9 @@ class Spiller:
     def _spill_table(self, table: str, events: Sequence[ChangeEvent]) -> None:
         spilled = self.pending.get(table)
         if spilled is None:
-            spilled = self.pending[table] = SpilledTable(table, first=events[0].position, last=events[-1].position)
+            spilled = self.pending[table] = SpilledTable(
+                table, first=events[0].position, last=events[-1].position, prefix=self.store.new_prefix()
+            )
             log.info("%s: a transaction outgrows the batch; staging its changes in chunks", table)
         spilled.last = events[-1].position
         if spilled.stopped is not None:
@@ -65,10 +67,7 @@ class Spiller:
         cut = max((i for i, e in enumerate(events) if e.op is Op.TRUNCATE), default=None)
         if cut is not None:
             # What came before the TRUNCATE does not matter: the commit removes every file.
-            spilled.truncate = True
-            spilled.chunks.clear()
-            spilled.moved_to.clear()
-            spilled.moved_again.clear()
+            spilled.truncated()
             events = events[cut + 1 :]
         if not events:
             return
@@ -85,7 +84,7 @@ class Spiller:
             return
         table = renumbered(staged.table, spilled.rows)
         spilled.moved_again |= deferred_key_moves(table, state.key_columns, spilled.moved_to)
-        spilled.chunks.append(self.store.write(table, file_io_properties(state.table.io.properties)))
-        spilled.rows += table.num_rows
+        self.store.write(table, spilled.prefix, file_io_properties(state.table.io.properties))
+        spilled.added(table.schema, table.num_rows)
         self.chunks += 1
         env.crash("chunk-staged")

@@ -16,7 +16,7 @@ def pos(*parts: int) -> SourcePosition:
 
 
 def test_a_checkpoint_covers_all_of_a_spilled_transaction_or_none() -> None:
-    spilled = SpilledTable("s.t", first=pos(100, 0), last=pos(100, 5000))
+    spilled = SpilledTable("s.t", first=pos(100, 0), last=pos(100, 5000), prefix="/tmp/x-")
     assert spilled_pending(None, spilled)
     assert spilled_pending(pos(90, 7), spilled)  # an earlier transaction
     assert not spilled_pending(pos(100, 5000), spilled)  # this one, committed
