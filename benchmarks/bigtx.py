@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.bigtx --source postgres --sizes 100000,20000000   # the target
 
 Per size K, against a private server (started here, removed afterwards): an empty table is
-replicated once (slot / binlog position; not measured), then ONE transaction writes K
+replicated once with one row (slot / binlog position, snapshot done; not measured), then ONE transaction writes K
 changes (``--kind insert``: one INSERT ... SELECT of K rows; ``update``: the table is filled
 with K rows first and one UPDATE changes every row), then a FRESH engine process runs
 ``replicator run`` until the table holds the K rows (then SIGTERM: a clean stop) and reports
@@ -125,6 +125,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
     table = "big"
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(PG_DDL.format(t=table).encode())
+        conn.execute(PG_INSERT.format(t=table, lo=0, hi=0).encode())  # the set-up run commits it
         if kind == "update":
             _fill_pg(conn, table, size)
     config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}",
@@ -137,7 +138,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
         else:
             conn.execute(PG_INSERT.format(t=table, lo=1, hi=size).encode())
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size)
+    measured = _engine(config, work / "run.log", until_rows=size + 1)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -151,7 +152,9 @@ def _my_size(my: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
     table = f"{db}.big"
     with my.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
+    with my.connect(db=db) as conn, conn.cursor() as cur:  # seq_1_to_N lives in a database
         cur.execute(MY_DDL.format(t=table))
+        cur.execute(f"INSERT INTO {table} VALUES (0, 0, 'row-0', 0)")  # the set-up run commits it
         if kind == "update":
             for lo in range(1, size + 1, FILL_STEP):
                 cur.execute(MY_INSERT.format(t=table, lo=lo, hi=min(lo + FILL_STEP - 1, size)))
@@ -159,13 +162,13 @@ def _my_size(my: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
                             "tables": [table]})  # fmt: skip
     _engine(config, work / "setup.log")
     t0 = time.perf_counter()
-    with my.connect() as conn, conn.cursor() as cur:
+    with my.connect(db=db) as conn, conn.cursor() as cur:
         if kind == "update":
             cur.execute(UPDATE.format(t=table))
         else:
             cur.execute(MY_INSERT.format(t=table, lo=1, hi=size))
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size)
+    measured = _engine(config, work / "run.log", until_rows=size + 1)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
                     run.update(changes=size, committed_rows=_committed_rows(work),
                                maxrss_mib=round(run["maxrss_kib"] / 1024, 1))  # fmt: skip
                 finally:
+                    if (work / "run.log").exists():  # the engine's log, for the report
+                        shutil.copy(work / "run.log", args.out / f"{args.source}-{size}.log")
                     shutil.rmtree(work, ignore_errors=True)
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)
@@ -208,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         run["rss_vs_first"] = round(run["maxrss_kib"] / base, 3) if base else None
     (args.out / f"result-{args.source}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
-    ok = all(r["committed_rows"] == r["changes"] for r in result["runs"])
+    ok = all(r["committed_rows"] == r["changes"] + 1 for r in result["runs"])
     sys.exit(0 if ok else 1)
 
 
