@@ -9,8 +9,10 @@ the transaction's chunks are being staged."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,30 +33,30 @@ ROWS = 6000  # before the transaction
 ADDED = 3000  # inserted by it
 
 
-def _config(tmp_path: Path, dsn: str) -> Path:
-    path = write_config(tmp_path, dsn, max_events=MAX_EVENTS)
+def _config(tmp_path: Path, dsn: str, max_events: int = MAX_EVENTS) -> Path:
+    path = write_config(tmp_path, dsn, max_events=max_events)
     cfg = yaml.safe_load(path.read_text())
     cfg["maintenance"] = {"enabled": False}  # count the transaction's snapshots alone
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-def _seed(dsn: str) -> None:
+def _seed(dsn: str, rows: int = ROWS) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE TABLE u (id int PRIMARY KEY, n int)")
-        conn.execute(f"INSERT INTO t SELECT g, 'row' || g FROM generate_series(1, {ROWS}) g")
+        conn.execute(f"INSERT INTO t SELECT g, 'row' || g FROM generate_series(1, {rows}) g")
         conn.execute("INSERT INTO u SELECT g, g FROM generate_series(1, 10) g")
 
 
-def _big_transaction(dsn: str) -> int:
-    """About 30,000 changes in ONE transaction; returns how many."""
-    total = ROWS + ADDED
+def _big_transaction(dsn: str, rows: int = ROWS, added: int = ADDED) -> int:
+    """About 30,000 changes in ONE transaction (at the default sizes); returns how many."""
+    total = rows + added
     with psycopg.connect(dsn) as conn:
         n = 0
         n += conn.execute("UPDATE u SET n = n + 100 WHERE id <= 5").rowcount
         n += conn.execute(
-            f"INSERT INTO t SELECT g, 'new' || g FROM generate_series({ROWS + 1}, {total}) g").rowcount
+            f"INSERT INTO t SELECT g, 'new' || g FROM generate_series({rows + 1}, {total}) g").rowcount
         n += conn.execute("UPDATE t SET v = v || '-x' WHERE id % 3 = 0").rowcount
         conn.execute("ALTER TABLE t ADD COLUMN extra int")  # chunks before it lack the column
         # Rotate every key: each new key is another row's old key of this transaction.
@@ -100,13 +102,13 @@ def test_a_transaction_larger_than_the_batch_is_one_snapshot(tmp_path: Path, pg_
     assert counts == {"public.t": ROWS + ADDED, "public.u": 10}
 
 
-def _engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def _engine(cfg: Path, crash_at: str | None = None, engine: str = "local") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     if crash_at:
         env[ENV] = crash_at
     return subprocess.run(
         [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg), "--until-idle",
-         "--engine", "local"], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+         "--engine", engine], env=env, capture_output=True, text=True, timeout=1200)  # fmt: skip
 
 
 def test_killed_while_staging_chunks_then_restarted(tmp_path: Path, pg_db: str, spark: Any) -> None:
@@ -125,3 +127,42 @@ def test_killed_while_staging_chunks_then_restarted(tmp_path: Path, pg_db: str, 
     assert counts == {"public.t": ROWS + ADDED, "public.u": 10}
     for table in ("public.t", "public.u"):
         assert_no_duplicate_data_files(iceberg_metadata(load(cfg_path), table))
+
+
+def _run_until(cfg: Path, done: Any, crash_at: str | None = None, seconds: float = 900) -> int:
+    """``replicator run`` (no ``--until-idle``: it may exit while the server still decodes a
+    huge transaction, issue 23 item 1) until it dies at ``crash_at`` or ``done()``; then a
+    clean stop (SIGTERM). Returns the exit code."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    if crash_at:
+        env[ENV] = crash_at
+    proc = subprocess.Popen([sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + seconds
+    try:
+        while proc.poll() is None and not done() and time.monotonic() < deadline:
+            time.sleep(1.0)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_issue_scale_rotation_killed_while_staging(tmp_path: Path, pg_db: str, spark: Any) -> None:
+    """Issue 23's case: 150,000 rows, ONE transaction rotating every key (about 394,000
+    changes with the rest), ``max_events`` 20,000, killed while its chunks are staged, then
+    run again (Spark engine): ONE snapshot, equal to the source."""
+    rows, added = 150_000, 10_000
+    _seed(pg_db, rows)
+    cfg_path = _config(tmp_path, pg_db, max_events=20_000)
+    assert _engine(cfg_path, engine="spark").returncode == 0
+    before = _snapshots(cfg_path, "public.t")
+    _big_transaction(pg_db, rows, added)
+    assert _run_until(cfg_path, lambda: False, crash_at="chunk-staged:5") == EXIT_CODE
+    assert _snapshots(cfg_path, "public.t") == before
+    assert _run_until(cfg_path, lambda: _snapshots(cfg_path, "public.t") > before) == 0
+    assert _snapshots(cfg_path, "public.t") == before + 1
+    assert assert_tables_equal(cfg_path, pg_db) == {"public.t": rows + added, "public.u": 10}
