@@ -18,6 +18,7 @@ baseline of the stage's overhead.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,24 +141,36 @@ class StageTask:
     """One table's part of a batch: its staged events (Parquet, in sequence order) and how
     to map and write them."""
 
-    staged_path: str  # a local path (local mode) or a URI every executor reads
+    staged_path: str  # a local path (local mode) or a URI every executor reads; "": none
     spec: StageSpec
     # FileIO properties for a staged URI on object storage: secrets, kept out of repr.
     io_properties: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     rows: int = 0  # staged rows: the task's weight when tables are grouped into Spark tasks
+    # Chunks of a transaction larger than a batch, staged before ``staged_path`` (same
+    # layout, ``__rep_seq`` numbered on across them): read first, in order, through the
+    # same mapper, one file at a time.
+    chunk_paths: tuple[str, ...] = ()
 
 
 STAGE_READ_ROWS = 65_536
 
 
+def staged_batches(
+    paths: Sequence[str], io_properties: dict[str, str], rows: int = STAGE_READ_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """The rows of staged files, in order, one file open at a time."""
+    for path in paths:
+        if "://" in path:
+            fh = open_input(path, io_properties)
+        else:
+            fh = pafs.LocalFileSystem().open_input_file(path)
+        with fh:
+            yield from pq.ParquetFile(fh).iter_batches(batch_size=rows)
+
+
 def _run_task(task: StageTask) -> list[dict[str, Any]]:
-    if "://" in task.staged_path:
-        fh = open_input(task.staged_path, task.io_properties)
-    else:
-        fh = pafs.LocalFileSystem().open_input_file(task.staged_path)
-    with fh:
-        batches = pq.ParquetFile(fh).iter_batches(batch_size=STAGE_READ_ROWS)
-        out = list(_worker(task.spec)(batches))
+    paths = [*task.chunk_paths, *([task.staged_path] if task.staged_path else [])]
+    out = list(_worker(task.spec)(staged_batches(paths, task.io_properties)))
     return pa.Table.from_batches(out, schema=RESULT_SCHEMA).to_pylist() if out else []
 
 
@@ -230,8 +243,19 @@ def apply_batch_local(tasks: Sequence[StageTask]) -> list[StageResult]:
     return [_collect(_run_task(t)) for t in tasks]
 
 
-def apply_local(staged: pa.Table, spec: StageSpec, *, chunk_rows: int = 65_536) -> StageResult:
-    """The same worker in this process, without Spark."""
+def apply_local(
+    staged: pa.Table,
+    spec: StageSpec,
+    *,
+    chunk_rows: int = 65_536,
+    chunk_paths: Sequence[str] = (),
+    io_properties: dict[str, str] | None = None,
+) -> StageResult:
+    """The same worker in this process, without Spark (staged chunk files first)."""
     ordered = staged.sort_by(SEQ)
-    out = list(_worker(spec)(iter(ordered.to_batches(max_chunksize=chunk_rows))))
+    batches = itertools.chain(
+        staged_batches(chunk_paths, io_properties or {}, chunk_rows),
+        ordered.to_batches(max_chunksize=chunk_rows),
+    )
+    out = list(_worker(spec)(batches))
     return _collect(pa.Table.from_batches(out, schema=RESULT_SCHEMA).to_pylist())

@@ -22,9 +22,17 @@ from replicator.commit.protocol import (
     WriteFiles,
     Written,
 )
-from replicator.commit.rules import after_last_truncate, fence_error, not_yet_in
+from replicator.commit.rules import (
+    SpilledRange,
+    after_last_truncate,
+    fence_error,
+    not_yet_in,
+    spill_needed,
+)
 
 __all__ = [
+    "SpilledRange",
+    "spill_needed",
     "FINAL",
     "MAX_COMMIT_ATTEMPTS",
     "Action",

@@ -42,7 +42,13 @@ from replicator.commit.protocol import (
     WriteFiles,
     Written,
 )
-from replicator.commit.rules import after_last_truncate, fence_error, not_yet_in
+from replicator.commit.rules import (
+    SpilledRange,
+    after_last_truncate,
+    fence_error,
+    not_yet_in,
+    spill_needed,
+)
 from replicator.errors import CommitConflictError, TerminalError
 from replicator.events.model import ChangeEvent
 
@@ -83,14 +89,16 @@ class TableCommit(Generic[S, F]):
     rereading: CommitAnswer | None = None  # why the table is being read again
     read: TableRead | None = None  # a read kept while the old files are discarded
     waiting: _Wait = _Wait.START
+    spilled: SpilledRange | None = None  # the part of a large transaction staged in chunks
 
     @classmethod
     def plan(
-        cls, table: str, events: Sequence[ChangeEvent], mine: Checkpoint, max_attempts: int = MAX_COMMIT_ATTEMPTS
+        cls, table: str, events: Sequence[ChangeEvent], mine: Checkpoint, max_attempts: int = MAX_COMMIT_ATTEMPTS,
+        spilled: SpilledRange | None = None,
     ) -> TableCommit[S, F]:
-        if not events:
+        if not events and spilled is None:
             raise TerminalError("a table's part of a batch needs at least one event", table=table)
-        return cls(table=table, events=tuple(events), mine=mine, max_attempts=max_attempts)
+        return cls(table=table, events=tuple(events), mine=mine, max_attempts=max_attempts, spilled=spilled)
 
     def start(self) -> tuple[TableCommit[S, F], Action[S, F]]:
         """The first action: read where the table stands."""
@@ -171,12 +179,19 @@ class TableCommit(Generic[S, F]):
             files=None, rereading=None, read=None,
         )  # fmt: skip
         pending = not_yet_in(read.checkpoint, self.events)
-        if not pending:
+        spill = False if self.spilled is None else spill_needed(self.table, read.checkpoint, self.spilled)
+        if isinstance(spill, TerminalError):
+            return self._final(Phase.STOPPED), Fail(spill)
+        if not pending and not spill:
             done = read.checkpoint if read.checkpoint is not None else self.mine
             return planned._final(Phase.ALREADY_APPLIED), Done(done, None, attempt)
         events, truncate = after_last_truncate(pending)
+        if truncate:
+            spill = False  # the chunks came before the batch's last TRUNCATE
+        elif spill and self.spilled is not None and self.spilled.truncate:
+            truncate = True
         staging = dataclasses.replace(planned, truncate=truncate, waiting=_Wait.STAGE)
-        return staging, StageEvents(events, truncate)
+        return staging, StageEvents(events, truncate, spilled=spill)
 
     def _commit(self) -> tuple[TableCommit[S, F], Action[S, F]]:
         assert self.files is not None

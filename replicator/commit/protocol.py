@@ -94,6 +94,8 @@ class StageEvents:
 
     events: Sequence[ChangeEvent]
     truncate: bool
+    # Stage the table's spilled chunks first (``rules.SpilledRange``): the table lacks them.
+    spilled: bool = False
 
 
 @dataclass(frozen=True)

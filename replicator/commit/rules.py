@@ -5,21 +5,52 @@
 * the TRUNCATE cut (``after_last_truncate``): a TRUNCATE empties the table at its position,
   so only the changes after the batch's last one are staged, on top of an emptied table;
 * the fence rule (``fence_error``): never write under a newer owner of the source (a higher
-  fencing token), nor after another engine committed to the table during our attempts.
+  fencing token), nor after another engine committed to the table during our attempts;
+* the spilled range (``spill_needed``): the first part of a transaction larger than a batch,
+  staged in chunks before the batch closed, is in the table all or not at all (one
+  transaction is one commit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from replicator.checkpoint import Checkpoint
-from replicator.errors import FencedError
-from replicator.events.model import ChangeEvent, Op
+from replicator.errors import FencedError, TerminalError
+from replicator.events.model import ChangeEvent, Op, SourcePosition
+
+
+@dataclass(frozen=True)
+class SpilledRange:
+    """The source positions of a table's changes staged in chunks before its batch closed
+    (``pipeline.spill``); ``truncate``: a TRUNCATE among them (the commit empties the table)."""
+
+    first: SourcePosition
+    last: SourcePosition
+    truncate: bool = False
+
+
+def spill_needed(table: str, current: Checkpoint | None, spilled: SpilledRange) -> bool | TerminalError:
+    """Whether the table lacks the spilled changes. A checkpoint inside the range cannot
+    come from this engine's commits (a transaction is one commit): refuse rather than
+    apply part of it twice."""
+    pos = current.position if current is not None else None
+    if pos is None or pos.source != spilled.first.source or pos < spilled.first:
+        return True
+    if pos >= spilled.last:
+        return False
+    return TerminalError(
+        f"the table's checkpoint {pos} lies inside a transaction ({spilled.first} .. "
+        f"{spilled.last}): another writer committed part of it",
+        table=table,
+        position=pos,
+    )
 
 
 def not_yet_in(current: Checkpoint | None, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
     """The events the table does not hold yet (events are in position order)."""
-    if current is None or current.position.source != events[0].position.source:
+    if not events or current is None or current.position.source != events[0].position.source:
         return events
     done = current.position
     if events[0].position > done:

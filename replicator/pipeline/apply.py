@@ -42,6 +42,7 @@ from replicator.commit import (
     CommitFiles,
     Done,
     Fail,
+    SpilledRange,
     Staged,
     StageEvents,
     StageRefused,
@@ -60,7 +61,7 @@ from replicator.errors import (
 )
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
-from replicator.events.unavailable import fill_unavailable
+from replicator.events.unavailable import fill_unavailable, has_unavailable
 from replicator.iceberg.branches import MAIN_BRANCH, target_branch
 from replicator.iceberg.files import (
     data_file_from_parquet,
@@ -73,13 +74,22 @@ from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.partitions import global_spec_id, sort_columns
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
+from replicator.pipeline.chunks import (
+    UNFILLABLE_IN_CHUNKS,
+    ChunkStore,
+    SpilledTable,
+    align,
+    same_layout,
+)
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
     StagedBatch,
     deferred_key_moves,
+    renumbered,
     stage_events,
+    staged_schema,
     with_held_keys,
 )
 from replicator.retry import call_with_retries
@@ -139,6 +149,8 @@ class ApplyEnv:
     driver_max_rows: int = 0
     # The source's events may carry unavailable-value placeholders (its needs_row_fill).
     row_fill: bool = False
+    # Where chunks of transactions larger than a batch are staged (``pipeline.spill``).
+    chunk_store: ChunkStore | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,9 @@ class _TablePart:
     written: _Written | None = None
     counted: bool = False
     truncate: bool = False  # the batch truncates the table: its commit removes every file
+    spilled: SpilledTable | None = None  # the part of a large transaction staged in chunks
+    chunks: tuple[str, ...] = ()  # staged chunk files this attempt reads before ``staged``
+    chunk_rows: int = 0
 
 
 _Run = tuple[TableCommit[_TablePart, _Written], Action[_TablePart, _Written]]
@@ -223,14 +238,22 @@ def apply_batch(
     events: Mapping[str, Sequence[ChangeEvent]],
     batch: BatchCommit,
     totals: Callable[[str], TableTotals],
+    spilled: Mapping[str, SpilledTable] | None = None,
 ) -> BatchOutcome:
     """Make one batch durable: every table's files in ONE Spark job, then one commit per
     table, in the order of ``events``. A table with a change it cannot apply is stopped
-    (``BatchOutcome.stopped``); the others go on."""
+    (``BatchOutcome.stopped``); the others go on. ``spilled``: the batch's transaction's
+    events staged in chunks before ``events`` (``pipeline.spill``)."""
     outcome = BatchOutcome()
     runs: dict[str, tuple[_TablePort, _Run]] = {}
     mine = batch.checkpoint(env.writer_id)
-    for table, table_events in events.items():
+    spilled = spilled or {}
+    for table in dict.fromkeys([*spilled, *events]):
+        table_events = events.get(table, ())
+        spill = spilled.get(table)
+        if spill is not None and spill.stopped is not None:
+            outcome.stopped[table] = spill.stopped
+            continue
         try:
             if all(e.op is Op.TRUNCATE and e.schema_ is None for e in table_events):
                 existing = env.tables.load_existing(table)
@@ -242,8 +265,11 @@ def apply_batch(
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        port = _TablePort(env, _TablePart(state, table_events, totals(table)))
-        commit: TableCommit[_TablePart, _Written] = TableCommit.plan(state.source_table, table_events, mine)
+        port = _TablePort(env, _TablePart(state, table_events, totals(table), spilled=spill))
+        commit: TableCommit[_TablePart, _Written] = TableCommit.plan(
+            state.source_table, table_events, mine,
+            spilled=None if spill is None else SpilledRange(spill.first, spill.last, spill.truncate),
+        )  # fmt: skip
         run = drive(*commit.start(), port, None)  # read, fence, skip, stage: up to the write
         if isinstance(run[1], Stop):
             outcome.stopped[table] = run[1].reason  # nothing of this batch is committed for it
@@ -270,26 +296,40 @@ def apply_table(
     return outcome.checkpoints[table]
 
 
-def _prepare(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], *, truncate: bool) -> None:
+def _prepare(
+    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], *, truncate: bool, spilled: bool
+) -> None:
     """Stage the events the table lacks (``TableCommit`` chose them; ``truncate``: the
-    commit empties the table first, so nothing is looked up in it)."""
+    commit empties the table first, so nothing is looked up in it; ``spilled``: the table
+    lacks the chunks staged before the batch closed too, read first)."""
     part.written = part.staged = None
+    part.chunks, part.chunk_rows = (), 0
     part.truncate = truncate
+    spill = part.spilled if spilled else None
+    if spill is not None and any(has_unavailable(e.after) or has_unavailable(e.before) for e in events):
+        raise BadChangeError(UNFILLABLE_IN_CHUNKS, table=part.state.source_table, position=events[0].position)
     pending = _fill_unavailable(env, part.state, events, use_table=not part.truncate)
-    staged = _stage(env, part, pending)
-    part.staged = _with_held_keys(env, part, staged)
+    staged = _stage(env, part, pending, spill)
+    part.staged = _with_held_keys(env, part, staged, spill)
 
 
-def _with_held_keys(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> StagedBatch:
+def _with_held_keys(
+    env: ApplyEnv, part: _TablePart, staged: StagedBatch, spill: SpilledTable | None
+) -> StagedBatch:
     """When a key move of this batch may land on a key the table still holds (a deferred
     unique check, ``staging.deferred_key_moves``), tell the mapper which of those keys the
-    table does hold (one lookup); the common case (no such move) costs one vector test."""
+    table does hold (one lookup); the common case (no such move) costs one vector test.
+    With staged chunks, the analysis goes on from theirs, and the chunks get the flags too."""
     keys = part.state.key_columns
-    wanted = deferred_key_moves(staged.table, keys) if staged.events else set()
-    if not wanted:
-        return staged
+    wanted: set[Any] = set()
+    if spill is not None:
+        wanted |= spill.moved_again
+        if staged.events:
+            wanted |= deferred_key_moves(staged.table, keys, set(spill.moved_to))
+    elif staged.events:
+        wanted = deferred_key_moves(staged.table, keys)
     held: set[Any] = set()
-    if not part.truncate:  # else the table is empty before these events
+    if wanted and not part.truncate:  # else the table is empty before these events
         table = part.state.table
         branch = target_branch(table)
         lookup = IcebergRowLookup(
@@ -297,7 +337,36 @@ def _with_held_keys(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> Sta
             branch=None if branch == MAIN_BRANCH else branch,
         )  # fmt: skip
         held = {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
+    if spill is not None:
+        _chunks_for_stage(env, part, spill, held)
+    if not wanted:
+        return staged
     return dataclasses.replace(staged, table=with_held_keys(staged.table, keys, held))
+
+
+def _chunks_for_stage(env: ApplyEnv, part: _TablePart, spill: SpilledTable, held: set[Any]) -> None:
+    """The staged chunks as the stage reads them: a chunk staged before the table gained a
+    column (or widened one) is rewritten in the table's layout now, and when the table held
+    keys that the transaction moves rows onto, every chunk gets the mapper's flags. One chunk
+    in memory at a time; rewritten files go to the chunk store (scratch, like the rest)."""
+    keys = part.state.key_columns
+    schema = part.state.table.schema()
+    layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], keys)
+    io_props = file_io_properties(part.state.table.io.properties)
+    store = env.chunk_store
+    assert store is not None, "chunks were staged without a chunk store"
+    rewrites = store.new_prefix()
+    out: list[str] = []
+    for i in range(spill.first_chunk, spill.chunks):
+        location = store.location(spill.prefix, i)
+        if held or not same_layout(spill.layout_of(i), layout):
+            table = align(store.read(location, io_props), layout)
+            if held:
+                table = with_held_keys(table, keys, held)
+            location = store.write(table, rewrites, io_props)
+        out.append(location)
+    part.chunks = tuple(out)
+    part.chunk_rows = spill.live_rows
 
 
 def _fill_unavailable(
@@ -339,14 +408,21 @@ def _local_spark() -> Any:
     return get_spark()
 
 
-def _stage(env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent]) -> StagedBatch:
+def _stage(
+    env: ApplyEnv, part: _TablePart, events: Sequence[ChangeEvent], spill: SpilledTable | None = None
+) -> StagedBatch:
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
     staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    if spill is not None:  # numbered on after the chunks'
+        staged = dataclasses.replace(staged, table=renumbered(staged.table, spill.rows))
     if not part.counted:
         part.totals.dead_letters += staged.dead_lettered
         part.totals.events += staged.events
+        if part.spilled is not None:
+            part.totals.dead_letters += part.spilled.dead_lettered
+            part.totals.events += part.spilled.events
         part.counted = True
     part.totals.stage_seconds += time.perf_counter() - t0
     return staged
@@ -369,7 +445,7 @@ class _TablePort:
 
     def stage(self, action: StageEvents) -> Staged[_TablePart] | StageRefused:
         try:
-            _prepare(self.env, self.part, action.events, truncate=action.truncate)
+            _prepare(self.env, self.part, action.events, truncate=action.truncate, spilled=action.spilled)
         except BadChangeError as exc:
             return StageRefused(exc)
         return Staged(self.part)
@@ -450,14 +526,14 @@ def _settle(part: _TablePart, action: Action[_TablePart, _Written], batch: Batch
 
 def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> None:
     """Write every part's files: ONE Spark job for all of them."""
-    todo = [p for p in parts if p.staged is not None and p.staged.events]
+    todo = [p for p in parts if p.staged is not None and (p.staged.events or p.chunks)]
     for p in parts:
-        if p.staged is not None and not p.staged.events:
+        if p.staged is not None and not p.staged.events and not p.chunks:
             p.written = _Written()  # everything dead-lettered: commit the position alone
     if not todo:
         return
     t0 = time.perf_counter()
-    rows = sum(p.staged.table.num_rows for p in todo if p.staged is not None)
+    rows = sum(p.staged.table.num_rows + p.chunk_rows for p in todo if p.staged is not None)
     in_driver = env.engine == "local" or rows <= env.driver_max_rows
 
     def run_stage() -> list[StageResult]:
@@ -471,8 +547,8 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
             for i, p in enumerate(todo):
                 assert p.staged is not None
                 spec = _stage_spec(p.state, batch.plan)
-                if in_driver:
-                    path = ""
+                if in_driver or not p.staged.table.num_rows:
+                    path = ""  # in this process, or only staged chunks
                 elif env.staging_uri is not None:
                     path = f"{env.staging_uri.rstrip('/')}/{name}/{i:05d}.parquet"
                     with open_output(path, io_props) as out:
@@ -482,14 +558,19 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                     path = str(stage_dir / f"{i:05d}.parquet")
                     pq.write_table(p.staged.table, path, compression="lz4")
                 tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props,
-                                       rows=p.staged.table.num_rows))  # fmt: skip
+                                       rows=p.staged.table.num_rows + p.chunk_rows,
+                                       chunk_paths=p.chunks))  # fmt: skip
             if in_driver:
-                return [apply_local(p.staged.table, t.spec) for p, t in zip(todo, tasks, strict=True)]  # type: ignore[union-attr]
+                return [
+                    apply_local(p.staged.table, t.spec, chunk_paths=t.chunk_paths, io_properties=io_props)  # type: ignore[union-attr]
+                    for p, t in zip(todo, tasks, strict=True)
+                ]
             return apply_batch_with_spark(env.spark, tasks)
         finally:
             if env.staging_uri is not None:
                 for t in tasks:
-                    delete_file(t.staged_path, io_props)
+                    if t.staged_path:
+                        delete_file(t.staged_path, io_props)
             shutil.rmtree(stage_dir, ignore_errors=True)
 
     results = call_with_retries(run_stage, what="apply stage")

@@ -7,6 +7,8 @@ point costs one dict lookup. Points:
 * ``files-written``   data/delete files are on disk, the catalog commit has not happened
 * ``committed``       the Iceberg commit happened, the source is not acknowledged yet
 * ``schema-evolved``  the Iceberg schema change is committed, the batch's data is not
+* ``chunk-staged``    a chunk of a transaction larger than a batch is staged, the
+                      transaction is not committed (``pipeline.spill``)
 * ``snapshot-batch``  a batch of initial-snapshot rows is committed and acknowledged, the
                       snapshot is not finished
 

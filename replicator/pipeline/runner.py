@@ -36,11 +36,13 @@ from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.catchup import CatchUp
+from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.pipeline.resnapshot import ResnapshotKeeper
 from replicator.pipeline.retained import RetainedLogWatcher
+from replicator.pipeline.spill import Spiller
 from replicator.sources.base import ChangeSource
 
 log = logging.getLogger(__name__)
@@ -175,11 +177,16 @@ class Replicator:
                 use_cluster(cfg.spark.master or DEFAULT_MASTER, cfg.spark.conf)
             spark = get_spark()
         staging = cfg.spark.staging
+        staging_dir = Path(staging) if staging and "://" not in staging else cfg.state_dir / "staging"
+        staging_uri = staging if staging and "://" in staging else None
+        # Chunks of a transaction larger than a batch (``pipeline.spill``); scratch.
+        chunk_uri = f"{staging_uri.rstrip('/')}/chunks" if staging_uri is not None else None
+        self.chunk_store = ChunkStore(staging_dir / "chunks", chunk_uri)
         self.env = ApplyEnv(
             tables=self.tables,
             dead_letters=self.dead_letters,
-            staging_dir=Path(staging) if staging and "://" not in staging else cfg.state_dir / "staging",
-            staging_uri=staging if staging and "://" in staging else None,
+            staging_dir=staging_dir,
+            staging_uri=staging_uri,
             writer_id=cfg.writer_id or default_writer_id(),
             engine=engine,
             target_file_bytes=cfg.iceberg.target_file_bytes,
@@ -187,7 +194,10 @@ class Replicator:
             on_bad_change=cfg.errors.on_bad_change,
             driver_max_rows=cfg.spark.driver_max_rows,
             row_fill=self.source.needs_row_fill,
+            chunk_store=self.chunk_store,
         )
+        self.spiller = Spiller(self.env, self.chunk_store)
+        self.batcher: Batcher | None = None  # the running loop's (tests read its peak)
         # Where every table stands (read from the tables at start, advanced by each commit),
         # and how far the source has been told it may forget.
         self.checkpoints = Checkpoints()
@@ -333,7 +343,9 @@ class Replicator:
 
     def _loop(self, *, until_idle: bool, max_batches: int | None) -> bool:
         """Run until done; True when it ended because the source was idle (--until-idle)."""
-        batcher = Batcher(self.cfg.batch)
+        # Chunks a killed run left behind: their transaction is read again from the source.
+        self.chunk_store.clear()
+        batcher = self.batcher = Batcher(self.cfg.batch, spill=self.spiller)
         reader = self._reader = SourceReader(
             self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
             keepalive_seconds=self.source.keepalive_seconds, transform=self.columns,
@@ -350,6 +362,8 @@ class Replicator:
         finally:
             reader.stop()  # the last acknowledgement reaches the source
             self._reader = None
+            self.spiller.take()  # an uncommitted transaction's chunks: read again next run
+            self.chunk_store.discard()
 
     def _consume(
         self, reader: SourceReader, batcher: Batcher, until_idle: bool, max_batches: int | None
@@ -476,7 +490,9 @@ class Replicator:
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
         self.observer.applying()
-        first = min(evs[0].position for evs in batch.events.values())
+        spilled = self.spiller.take()  # the batch's transaction's chunks, if it outgrew the batch
+        firsts = [evs[0].position for evs in batch.events.values()]
+        first = min([*firsts, *(s.first for s in spilled.values())])
         commit = BatchCommit(
             end=batch.end_position,
             plan=plan_batch(
@@ -489,8 +505,12 @@ class Replicator:
         )  # fmt: skip
         live = {t: evs for t, evs in batch.events.items() if t not in self.summary.stopped}
         outcome = apply_batch(
-            self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals())
+            self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals()),
+            spilled={t: s for t, s in spilled.items() if t not in self.summary.stopped},
         )
+        # The batch's chunks are in its files now (or, for a stopped table, not needed: the
+        # source is not acknowledged past them, so they are read again after a restart).
+        self.chunk_store.discard()
         applied = AppliedBatch(batch, live, outcome, t0)
         for hook in self.after_commit:
             hook(applied)

@@ -1,0 +1,90 @@
+"""The spill step: the open transaction's events staged to chunk files and released.
+
+The batcher calls a ``Spiller`` when its pending events reach the batch's size limits inside
+a transaction (``pipeline.batcher``). Per table the events are staged to Arrow exactly as at
+apply time (``staging.stage_events`` against the Iceberg table's columns, so dead letters and
+bad changes are decided here, once) and written as one chunk (``pipeline.chunks``). At the
+transaction's end the batch applies the chunks in order plus the events still in memory, as
+ONE commit per table (``apply.apply_batch``).
+
+Across chunks: a TRUNCATE drops the chunks before it (the commit removes every file); the
+deferred-key-move analysis carries its sets over (``SpilledTable.moved_to``). Debezium's
+unavailable-value fill needs the transaction's earlier images of a key, which are no longer
+in memory: such a transaction stops its table with a clear reason instead of guessing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from replicator.errors import SchemaChangeError
+from replicator.events.model import ChangeEvent, Op
+from replicator.events.unavailable import has_unavailable
+from replicator.iceberg.tables import engine_type
+from replicator.pipeline.apply import ApplyEnv, merged_schema
+from replicator.pipeline.chunks import UNFILLABLE_IN_CHUNKS, ChunkStore, SpilledTable
+from replicator.pipeline.staging import BadChangeError, deferred_key_moves, renumbered, stage_events
+from spark.object_storage import file_io_properties
+
+log = logging.getLogger(__name__)
+
+class Spiller:
+    """Stages the pending transaction's events per table; ``take`` hands them to the batch
+    that closes at the transaction's end."""
+
+    def __init__(self, env: ApplyEnv, store: ChunkStore) -> None:
+        self.env = env
+        self.store = store
+        self.pending: dict[str, SpilledTable] = {}
+        self.chunks = 0  # chunk files written (tests, logs)
+
+    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]]) -> None:
+        for table, evs in events.items():
+            if evs:
+                self._spill_table(table, evs)
+
+    def take(self) -> dict[str, SpilledTable]:
+        out, self.pending = self.pending, {}
+        return out
+
+    def _spill_table(self, table: str, events: Sequence[ChangeEvent]) -> None:
+        spilled = self.pending.get(table)
+        if spilled is None:
+            spilled = self.pending[table] = SpilledTable(
+                table, first=events[0].position, last=events[-1].position, prefix=self.store.new_prefix()
+            )
+            log.info("%s: a transaction outgrows the batch; staging its changes in chunks", table)
+        spilled.last = events[-1].position
+        if spilled.stopped is not None:
+            return
+        try:
+            self._stage(spilled, events)
+        except (SchemaChangeError, BadChangeError) as exc:
+            spilled.stopped = str(exc)  # nothing of the transaction is committed for it
+
+    def _stage(self, spilled: SpilledTable, events: Sequence[ChangeEvent]) -> None:
+        cut = max((i for i, e in enumerate(events) if e.op is Op.TRUNCATE), default=None)
+        if cut is not None:
+            # What came before the TRUNCATE does not matter: the commit removes every file.
+            spilled.truncated()
+            events = events[cut + 1 :]
+        if not events:
+            return
+        if any(has_unavailable(e.after) or has_unavailable(e.before) for e in events):
+            raise BadChangeError(UNFILLABLE_IN_CHUNKS, table=spilled.table, position=events[0].position)
+        env = self.env
+        state = env.tables.ensure(merged_schema(events))
+        schema = state.table.schema()
+        columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
+        staged = stage_events(events, columns, state.key_columns, env.dead_letters, env.on_bad_change)
+        spilled.events += staged.events
+        spilled.dead_lettered += staged.dead_lettered
+        if not staged.table.num_rows:
+            return
+        table = renumbered(staged.table, spilled.rows)
+        spilled.moved_again |= deferred_key_moves(table, state.key_columns, spilled.moved_to)
+        self.store.write(table, spilled.prefix, file_io_properties(state.table.io.properties))
+        spilled.added(table.schema, table.num_rows)
+        self.chunks += 1
+        env.crash("chunk-staged")

@@ -1,0 +1,90 @@
+"""The batcher's decisions for a transaction larger than the batch: close the complete
+transactions, spill the open one, close at its end."""
+
+from collections.abc import Mapping, Sequence
+
+from replicator.config import BatchConfig
+from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.pipeline.batcher import Batcher
+
+
+def ev(i: int, tx: str | None, last: bool, table: str = "s.t") -> ChangeEvent:
+    return ChangeEvent(
+        table=table, op=Op.CREATE, after={"id": i}, position=SourcePosition(source="x", parts=(i,)),
+        tx_id=tx, last_in_tx=last,
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.spills: list[dict[str, list[int]]] = []
+
+    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]]) -> None:
+        self.spills.append({t: [int(e.position.parts[0]) for e in evs] for t, evs in events.items()})
+
+
+def test_a_large_transaction_is_spilled_in_chunks_and_closes_at_its_end() -> None:
+    spill = Recorder()
+    b = Batcher(BatchConfig(max_events=3), spill=spill)
+    batches = [b.add(ev(i, "a", i == 10, table="s.t" if i % 2 else "s.u")) for i in range(1, 11)]
+    assert spill.spills == [
+        {"s.t": [1, 3], "s.u": [2]},
+        {"s.u": [4, 6], "s.t": [5]},
+        {"s.t": [7, 9], "s.u": [8]},
+    ]
+    assert batches[:-1] == [None] * 9
+    batch = batches[-1]
+    assert batch is not None
+    assert batch.events == {"s.u": (ev(10, "a", True, "s.u"),)}  # only what is in memory
+    assert batch.event_count == 10 and batch.end_position.parts == (10,)
+    assert b.peak <= 3 and b.pending == 0 and b.spilled == 0
+
+
+def test_complete_transactions_close_before_the_open_one_is_spilled() -> None:
+    # A batch must never mix a spilled transaction with others: a table's checkpoint then
+    # covers all of its chunks or none.
+    spill = Recorder()
+    b = Batcher(BatchConfig(max_events=3), spill=spill)
+    assert b.add(ev(1, "a", False)) is None
+    assert b.add(ev(2, "a", True)) is None
+    closed = b.add(ev(3, "b", False))  # the limit, inside "b": "a" closes alone
+    assert closed is not None and closed.end_position.parts == (2,) and closed.event_count == 2
+    for i in (4, 5, 6):
+        assert b.add(ev(i, "b", False)) is None
+    end = b.add(ev(7, "b", True))
+    assert end is not None and end.end_position.parts == (7,) and end.event_count == 5
+    assert spill.spills == [{"s.t": [3, 4, 5]}]
+    assert [e.position.parts[0] for e in end.events["s.t"]] == [6, 7]
+
+
+def test_the_close_at_the_limit_keeps_the_open_transaction() -> None:
+    spill = Recorder()
+    b = Batcher(BatchConfig(max_events=3), spill=spill)
+    b.add(ev(1, None, True))
+    b.add(ev(2, "b", False))
+    closed = b.add(ev(3, "b", False))
+    assert closed is not None
+    assert closed.events == {"s.t": (ev(1, None, True),)} and closed.end_position.parts == (1,)
+    assert closed.event_count == 1
+    assert b.pending == 2 and not spill.spills
+    assert b.flush() is None  # inside "b"
+    last = b.add(ev(4, "b", True))
+    assert last is not None and [e.position.parts[0] for e in last.events["s.t"]] == [2, 3, 4]
+
+
+def test_without_a_spill_step_a_transaction_grows_the_batch() -> None:
+    b = Batcher(BatchConfig(max_events=2))
+    for i in range(1, 5):
+        assert b.add(ev(i, "a", False)) is None
+    batch = b.add(ev(5, "a", True))
+    assert batch is not None and batch.event_count == 5
+
+
+def test_age_alone_never_spills() -> None:
+    now = [0.0]
+    spill = Recorder()
+    b = Batcher(BatchConfig(max_events=100, max_seconds=1), clock=lambda: now[0], spill=spill)
+    b.add(ev(1, "a", False))
+    now[0] = 5.0
+    assert b.add(ev(2, "a", False)) is None and not spill.spills
+    assert b.add(ev(3, "a", True)) is not None
