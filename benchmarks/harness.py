@@ -150,10 +150,10 @@ class Probes:
 
     def _apply_batch(self, fn: Any) -> Any:
         @functools.wraps(fn)
-        def wrapper(env: Any, events: Any, batch: Any, totals: Any) -> Any:
+        def wrapper(env: Any, events: Any, batch: Any, totals: Any, **kwargs: Any) -> Any:
             n = len(self.t.commits)
             t0 = time.perf_counter()
-            out = fn(env, events, batch, totals)
+            out = fn(env, events, batch, totals, **kwargs)  # e.g. spilled= (a large transaction's chunks)
             cur = self.t.current
             cur.add("apply_table", time.perf_counter() - t0)
             cur.table_batches += len(events)
