@@ -26,6 +26,10 @@ _SECRET_KEY = re.compile(
 _URI_PASSWORD = re.compile(r"://[^:/@\s]+:([^@\s]+)@")
 _DSN_PASSWORD = re.compile(r"password\s*=\s*('[^']*'|\S+)", re.IGNORECASE)
 _MIN_LENGTH = 4  # shorter values would mask ordinary words
+# A secret shorter than this is only masked where it stands alone (not inside a longer word): a
+# password "repl" must not turn every "replication" in the log into "***ication". Longer secrets
+# are masked wherever they appear: they do not collide with words, and may be glued to text.
+_WHOLE_WORD_BELOW = 12
 
 _lock = threading.Lock()
 _known: set[str] = set()
@@ -108,9 +112,18 @@ def scrub(text: str) -> str:
     with _lock:
         known = sorted(_known, key=len, reverse=True)  # longest first: a secret may contain another
     for value in known:
-        if value in text:
+        if value not in text:
+            continue
+        if len(value) >= _WHOLE_WORD_BELOW:
             text = text.replace(value, MASK)
+        else:
+            text = _standalone(value).sub(MASK, text)
     return text
+
+
+def _standalone(value: str) -> re.Pattern[str]:
+    """``value`` where no letter or digit touches it on either side."""
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])")
 
 
 class ScrubbingFilter(logging.Filter):

@@ -42,3 +42,14 @@ def test_scrubbing_filter_rewrites_messages_and_tracebacks(caplog: pytest.LogCap
     assert "scrub-me-please" not in text
     assert "connecting with ***" in text and "failed for key ***" in text
     assert secrets.scrub("a scrub-me-please b") == "a *** b"
+
+
+def test_a_short_secret_is_masked_where_it_stands_alone_not_inside_words() -> None:
+    """A 4-character password 'repl' used to turn 'replication' into '***ication' in every
+    log line after the config was loaded."""
+    secrets.register(["repl", "a-long-secret-value"])
+    assert secrets.scrub("replication slot replicator") == "replication slot replicator"
+    assert secrets.scrub("postgresql://u:repl@h/db password=repl, 'repl'") == (
+        "postgresql://u:***@h/db password=***, '***'"
+    )
+    assert secrets.scrub("xa-long-secret-valuex") == "x***x"
