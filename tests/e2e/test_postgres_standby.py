@@ -101,14 +101,19 @@ def test_engine_reads_a_standby(
            "INSERT INTO t SELECT g, 'streamed', g FROM generate_series(501, 600) g;"
            " UPDATE t SET v = 'updated', n = n + 1 WHERE id % 10 = 0;"
            " DELETE FROM t WHERE id BETWEEN 20 AND 40;"
-           " UPDATE pair SET v = -v WHERE a = 3; DELETE FROM pair WHERE a = 5")  # fmt: skip
+           " UPDATE pair SET v = -v WHERE a = 3; DELETE FROM pair WHERE a = 5;"
+           # A table new to the publication: copied before streaming resumes, in a snapshot
+           # of the standby bounded by its received WAL position.
+           " CREATE TABLE extra (id int PRIMARY KEY, v text);"
+           " INSERT INTO extra SELECT g, 'x' FROM generate_series(1, 50) g")  # fmt: skip
     _run(cfg_path, spark)
-    assert assert_tables_equal(cfg_path, primary.dsn)["public.t"] == 600 - 21
+    counts = assert_tables_equal(cfg_path, primary.dsn)
+    assert counts == {"public.extra": 50, "public.pair": 200 - 28, "public.t": 600 - 21}
 
     # Without source.primary: the publication exists, the token comes from the standby.
     cfg_path = write_config(tmp_path, standby.dsn)
     _write(primary, standby, "UPDATE t SET v = 'late' WHERE id > 550; DELETE FROM pair WHERE a = 1;"
-                             " INSERT INTO pair VALUES (9, 'new', 9)")  # fmt: skip
+                             " INSERT INTO pair VALUES (9, 'new', 9); UPDATE extra SET v = 'y' WHERE id < 5")  # fmt: skip
     _run(cfg_path, spark)
     assert assert_tables_equal(cfg_path, primary.dsn)["public.t"] == 600 - 21
     with _standby_snapshots(primary):
