@@ -190,7 +190,7 @@ class PostgresSource(ChangeSource):
         if sb is None:
             self.fencing_token = setup.acquire_fence(conn, self.slot)
         else:
-            sb.check(conn)
+            sb.check(conn, failover_slot=self.failover_slot)
             self.fencing_token = setup.acquire_fence(conn, self.slot, sb.fencing_token)
         setup.check_server(conn)
         setup.check_role(conn)

@@ -73,13 +73,21 @@ class Standby:
             raise TransientError(f"cannot connect to source.primary: {exc}") from exc
 
     # -- checks ------------------------------------------------------------------------------
-    def check(self, conn: psycopg.Connection[Any]) -> None:
+    def check(self, conn: psycopg.Connection[Any], *, failover_slot: bool = False) -> None:
         version = conn.info.server_version
         if version < STANDBY_MIN_VERSION:
             raise SourceSetupError(
                 f"source.dsn is a standby of PostgreSQL {version // 10000}; logical decoding on "
                 "a standby needs PostgreSQL 16 or later",
                 hint="point source.dsn at the primary, or upgrade the servers to 16+",
+            )
+        if failover_slot:
+            # The server refuses FAILOVER for a slot made on a standby: failover slots are made
+            # on the primary and synced to standbys (README "High availability").
+            raise SourceSetupError(
+                "source.failover_slot is for a slot on the primary; source.dsn is a standby",
+                hint="set source.failover_slot: false (a standby's own slot stays with it when "
+                "it is promoted)",
             )
         settings = dict(conn.execute(
             "SELECT name, setting FROM pg_settings WHERE name IN "
