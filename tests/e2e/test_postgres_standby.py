@@ -8,6 +8,7 @@ standby). Snapshot of existing rows, then inserts, updates and deletes; Spark, D
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from replicator.cli.main import main
 from replicator.errors import SourceSetupError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.pipeline.runner import Replicator
+from replicator.sources.postgres import slot_wait
 from replicator.sources.postgres.source import PostgresSource
 from replicator.sources.postgres.standby import wait_replayed
 from sample_dbs.postgres.server import PrivatePostgres
@@ -72,6 +74,71 @@ def _standby_snapshots(primary: PrivatePostgres) -> Iterator[None]:
         thread.join()
 
 
+def _source(standby: PrivatePostgres, tmp_path: Path, **kwargs: Any) -> PostgresSource:
+    return PostgresSource(standby.dsn, dead_letters=DeadLetterSink(tmp_path / "dead.jsonl"),
+                          progress=False, **kwargs)  # fmt: skip
+
+
+def _checks_refuse(primary: PrivatePostgres, standby: PrivatePostgres, tmp_path: Path) -> None:
+    """What a standby cannot do is refused with the statement or setting to change."""
+    # No publication and no source.primary: the statement to run on the primary.
+    with pytest.raises(SourceSetupError) as refused:
+        _source(standby, tmp_path).start(Checkpoints())
+    assert "CREATE PUBLICATION" in str(refused.value.hint) and "on the primary" in str(refused.value.hint)
+    with pytest.raises(SourceSetupError, match="source.failover_slot is for a slot on the primary"):
+        _source(standby, tmp_path, failover_slot=True).start(Checkpoints())
+    with pytest.raises(SourceSetupError, match="source.primary is itself in recovery"):
+        _source(standby, tmp_path, primary_dsn=standby.dsn).start(Checkpoints())
+
+
+def _slot_creation_says_what_it_waits_for(
+    primary: PrivatePostgres, standby: PrivatePostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """Without source.primary a slot on the standby waits for the primary's running-
+    transactions records; held up by a transaction open on the primary, the log says so."""
+    monkeypatch.setattr(slot_wait, "SLOT_WAIT_LOG_SECONDS", 0.3)
+    seen = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "on a standby: waiting for a running-transactions record" in record.getMessage():
+                seen.set()
+
+    handler = Seen()
+    logger = logging.getLogger("replicator.sources.postgres.slot_wait")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    _write(primary, standby, "CREATE PUBLICATION probe FOR TABLE t")
+    src = _source(standby, tmp_path, slot="probe", publication="probe", tables=["public.t"])
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            src.start(Checkpoints())
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    try:
+        with psycopg.connect(primary.dsn) as held:  # an open transaction with an xid
+            held.execute("INSERT INTO t VALUES (-1, 'held', 0)")
+            starter = threading.Thread(target=start)
+            starter.start()
+            assert seen.wait(120), "no log line about the wait"
+            held.rollback()
+        with _standby_snapshots(primary):  # the next record ends the wait
+            starter.join(120)
+        assert not starter.is_alive() and not errors, errors
+    finally:
+        src.close()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    with psycopg.connect(standby.dsn, autocommit=True) as conn:  # it would hold back the primary's vacuum
+        conn.execute("SELECT pg_drop_replication_slot('probe')")
+    with psycopg.connect(primary.dsn, autocommit=True) as conn:
+        conn.execute("DROP PUBLICATION probe")
+
+
 def _run(cfg_path: Path, spark: Any) -> None:
     summary = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     assert not summary.stopped and summary.dead_letters == 0, summary
@@ -79,7 +146,7 @@ def _run(cfg_path: Path, spark: Any) -> None:
 
 def test_engine_reads_a_standby(
     tmp_path: Path, primary_and_standby: tuple[PrivatePostgres, PrivatePostgres], spark: Any,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     primary, standby = primary_and_standby
     _write(primary, standby,
@@ -88,15 +155,11 @@ def test_engine_reads_a_standby(
            " INSERT INTO t SELECT g, 'snap', g / 3.0 FROM generate_series(1, 500) g;"
            " INSERT INTO pair SELECT g % 7, 'k' || g, g FROM generate_series(1, 200) g")  # fmt: skip
 
-    # Without source.primary and without a publication: the statement to run on the primary.
-    src = PostgresSource(standby.dsn, dead_letters=DeadLetterSink(tmp_path / "dead.jsonl"), progress=False)
-    with pytest.raises(SourceSetupError) as refused:
-        src.start(Checkpoints())
-    assert "CREATE PUBLICATION" in str(refused.value.hint) and "on the primary" in str(refused.value.hint)
+    _checks_refuse(primary, standby, tmp_path)
+    _slot_creation_says_what_it_waits_for(primary, standby, tmp_path, monkeypatch)
 
     cfg_path = write_config(tmp_path, standby.dsn, primary={"dsn": primary.dsn})
     _run(cfg_path, spark)  # publication made on the primary, slot on the standby, snapshot
-    assert assert_tables_equal(cfg_path, primary.dsn, duckdb=False) == {"public.pair": 200, "public.t": 500}
     _write(primary, standby,
            "INSERT INTO t SELECT g, 'streamed', g FROM generate_series(501, 600) g;"
            " UPDATE t SET v = 'updated', n = n + 1 WHERE id % 10 = 0;"

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -63,7 +63,7 @@ def detect(conn: psycopg.Connection[Any], primary_dsn: str | None) -> Standby | 
 class Standby:
     """The source server is a physical standby; ``primary_dsn``: ``source.primary``."""
 
-    primary_dsn: str | None = None
+    primary_dsn: str | None = field(default=None, repr=False)  # may hold a password
 
     def _primary(self) -> psycopg.Connection[Any]:
         assert self.primary_dsn is not None
