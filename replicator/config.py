@@ -40,6 +40,34 @@ class ColumnRules(_Strict):
         return self
 
 
+class PrimaryConfig(_Strict):
+    """``source.primary``: the primary server of a standby the Postgres source reads from
+    (README "Reading from a standby"). Used only for what a read-only standby cannot do:
+    CREATE/ALTER PUBLICATION, ``pg_log_standby_snapshot()`` while a slot is created, and a
+    strictly increasing fencing token (``pg_current_xact_id()``)."""
+
+    # repr=False: the DSN may hold a password (registered with the scrubber at load).
+    dsn: str = Field(
+        repr=False, min_length=1,
+        description="connection string of the primary (same database and a role that may "
+        "create publications)",
+    )
+
+    @field_validator("dsn")
+    @classmethod
+    def _parses(cls, dsn: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict  # local: config loads without a driver
+
+        try:
+            conninfo_to_dict(dsn)
+        except Exception:  # noqa: BLE001 - its message may quote the password
+            raise ValueError(
+                "source.primary.dsn is not a PostgreSQL connection string (key=value pairs "
+                "or a postgresql:// URI)"
+            ) from None
+        return dsn
+
+
 class SourceConfig(_Strict):
     type: Literal["debezium-json", "postgres", "mysql"]
     path: Path | None = Field(None, description="debezium-json: a .jsonl file or a folder of them")
@@ -62,6 +90,11 @@ class SourceConfig(_Strict):
         False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
         "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
         "on a promoted standby; refused on older servers",
+    )
+    primary: PrimaryConfig | None = Field(
+        None, description="postgres, when source.dsn is a standby (PostgreSQL 16+): the "
+        "primary, used only to create the publication, to speed up slot creation and for "
+        "the fencing token; without it the publication must exist already",
     )
     snapshot_copy: bool = Field(
         True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
@@ -95,6 +128,8 @@ class SourceConfig(_Strict):
             raise ValueError("source.path is required for source.type 'debezium-json'")
         if self.type in ("postgres", "mysql") and not self.dsn:
             raise ValueError(f"source.dsn is required for source.type '{self.type}'")
+        if self.primary is not None and self.type != "postgres":
+            raise ValueError("source.primary is for source.type 'postgres' (reading from a standby)")
         hashed = sorted(t for t, r in self.columns.items() if r.hash)
         if hashed:
             key = os.environ.get(self.hash_key_env, "")
@@ -522,6 +557,8 @@ def register_secrets(cfg: RunConfig) -> None:
     """Tell the scrubber every secret this config holds (see replicator.secrets)."""
     secrets.register(secrets.secrets_in(cfg.iceberg.catalog_properties))
     secrets.register(secrets.secrets_in_text(cfg.source.dsn or ""))
+    if cfg.source.primary is not None:
+        secrets.register(secrets.secrets_in_text(cfg.source.primary.dsn))
 
 
 # `${NAME}` takes the value of environment variable NAME; `$${` is a literal `${`.

@@ -253,3 +253,35 @@ source: {type: postgres, dsn: "postgresql://x"}
 iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
 """))
     assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)
+
+
+def test_source_primary_for_a_standby(tmp_path: Path) -> None:
+    from replicator import secrets
+
+    try:
+        cfg = load_config(_write(tmp_path, """
+source: {type: postgres, dsn: "host=standby dbname=app", primary: {dsn: "host=primary dbname=app password=s3cret-pw"}}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+        assert cfg.source.primary is not None and "host=primary" in cfg.source.primary.dsn
+        assert "s3cret-pw" not in repr(cfg.source)  # never printed with the config
+        assert secrets.scrub("connect: password s3cret-pw") == "connect: password ***"
+    finally:
+        secrets.forget_all()
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ('{type: postgres, dsn: "host=s", primary: {dsn: "host=p password=s3cret-pw bogus"}}',
+     "source.primary.dsn is not a PostgreSQL connection string"),
+    ('{type: postgres, dsn: "host=s", primary: {dsn: ""}}', "source.primary.dsn"),
+    ('{type: postgres, dsn: "host=s", primary: {host: p}}', "source.primary.host"),
+    ('{type: mysql, dsn: "mysql://u@h/d", primary: {dsn: "host=p"}}', "source.primary is for source.type 'postgres'"),
+])  # fmt: skip
+def test_source_primary_errors_are_named(tmp_path: Path, source: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, f"""
+source: {source}
+iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
+"""))
+    assert message in str(exc.value)
+    assert "s3cret-pw" not in str(exc.value)

@@ -165,7 +165,10 @@ class PostgresSide:
         self.snapshot_note = why
         self._snap.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         # The first statement takes the snapshot; the LSN is read after it.
-        row = self._snap.execute("SELECT (pg_current_wal_lsn() - '0/0')::bigint").fetchone()
+        row = self._snap.execute(  # a standby: what it has replayed
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+            "ELSE pg_current_wal_lsn() END - '0/0')::bigint"
+        ).fetchone()
         assert row is not None
         self.lsn = int(row[0])
         self.exact = False

@@ -3,6 +3,10 @@ the engine's type mapping sees them (the same converters the source uses)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ from replicator.iceberg.tables import iceberg_table_name, open_catalog
 from replicator.sources.postgres import setup
 from replicator.sources.postgres.snapshot import table_columns, text_loaders
 from replicator.sources.postgres.types import RowConverter, TypeMapper, catalog_lookup
+from sample_dbs.postgres.server import PrivatePostgres
 
 
 def write_config(root: Path, dsn: str, *, max_events: int = 5000, **source: Any) -> Path:
@@ -57,3 +62,24 @@ def iceberg_metadata(cfg: RunConfig, source_table: str) -> str:
 
 def load(cfg_path: Path) -> RunConfig:
     return load_config(cfg_path)
+
+
+@contextmanager
+def primary_and_standby(
+    bin_dir: Path, standby_settings: dict[str, str]
+) -> Iterator[tuple[PrivatePostgres, PrivatePostgres]]:
+    """A private primary (wal_level=logical) and a physical standby streaming from it
+    (pg_basebackup -R through the physical slot ``standby1``), of ``bin_dir``'s version."""
+    base = Path(tempfile.mkdtemp(prefix="rp-pgha-"))
+    base.chmod(0o755)  # the servers run as user postgres
+    primary = PrivatePostgres(base / "primary", bin_dir=bin_dir)
+    standby = PrivatePostgres(base / "standby", bin_dir=bin_dir, standby_of=primary,
+                              settings=standby_settings)  # fmt: skip
+    try:
+        primary.start()
+        standby.start()
+        yield primary, standby
+    finally:
+        standby.stop()
+        primary.stop()
+        shutil.rmtree(base, ignore_errors=True)

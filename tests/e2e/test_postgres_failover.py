@@ -6,8 +6,6 @@ version of 17 or later (``pg_versioned_server`` gives the version's binaries).""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,9 @@ import pytest
 
 from replicator.cli.main import main
 from replicator.pipeline.runner import Replicator
+from replicator.sources.postgres.standby import wait_replayed
 from sample_dbs.postgres.server import PrivatePostgres
+from tests.e2e import pg_support
 from tests.e2e.pg_support import load, write_config
 from tests.e2e.test_postgres_replication import assert_tables_equal
 
@@ -30,26 +30,13 @@ def primary_and_standby(pg_versioned_server: PrivatePostgres) -> Iterator[tuple[
     with psycopg.connect(pg_versioned_server.dsn) as conn:
         if conn.info.server_version < 170000:
             pytest.skip("failover slots: PostgreSQL 17+")
-    base = Path(tempfile.mkdtemp(prefix="rp-pgha-"))
-    base.chmod(0o755)  # the servers run as user postgres
-    bin_dir = pg_versioned_server.bin_dir
-    primary = PrivatePostgres(base / "primary", bin_dir=bin_dir)
-    standby = PrivatePostgres(
-        base / "standby", bin_dir=bin_dir, standby_of=primary,
-        settings={"hot_standby_feedback": "on", "sync_replication_slots": "on"},
-    )  # fmt: skip
-    try:
-        primary.start()
-        standby.start()
+    settings = {"hot_standby_feedback": "on", "sync_replication_slots": "on"}
+    with pg_support.primary_and_standby(pg_versioned_server.bin_dir, settings) as (primary, standby):
         with psycopg.connect(primary.dsn, autocommit=True) as conn:
             # The engine is never sent a change the standby has not received.
             conn.execute("ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
             conn.execute("SELECT pg_reload_conf()")
         yield primary, standby
-    finally:
-        standby.stop()
-        primary.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _run(cfg_path: Path, spark: Any) -> None:
@@ -84,16 +71,6 @@ def _sync_slots(primary: PrivatePostgres, standby: PrivatePostgres, cfg_path: Pa
             time.sleep(0.5)
 
 
-def _wait_replayed(standby: psycopg.Connection[Any], lsn: Any) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        row = standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
-        if row is not None and row[0]:
-            return
-        assert time.monotonic() < deadline, "the standby does not replay the primary's WAL"
-        time.sleep(0.1)
-
-
 def test_engine_resumes_on_a_promoted_standby(
     tmp_path: Path, primary_and_standby: tuple[PrivatePostgres, PrivatePostgres], spark: Any,
     capsys: pytest.CaptureFixture[str],
@@ -116,7 +93,7 @@ def test_engine_resumes_on_a_promoted_standby(
         lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
     assert lsn is not None
     with psycopg.connect(standby.dsn, autocommit=True) as s:
-        _wait_replayed(s, lsn[0])
+        wait_replayed(s, str(lsn[0]))
     primary.stop()
     standby.promote()
     cfg_path = write_config(tmp_path, standby.dsn, failover_slot=True)

@@ -11,8 +11,10 @@ from replicator.sources.postgres.replication import session_conninfo
 
 # wal_status (PG 13+): reserved / extended are fine; unreserved: the slot is about to lose
 # WAL it needs (max_slot_wal_keep_size); lost: it has, and the slot must be re-created.
+# On a standby the head is what it has replayed (pg_current_wal_lsn() fails in recovery).
 SLOT_QUERY = """
-SELECT pg_current_wal_lsn() - confirmed_flush_lsn, wal_status, active, confirmed_flush_lsn::text
+SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END
+       - confirmed_flush_lsn, wal_status, active, confirmed_flush_lsn::text
 FROM pg_replication_slots WHERE slot_name = %s
 """
 

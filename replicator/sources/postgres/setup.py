@@ -7,7 +7,7 @@ Every failed check raises ``SourceSetupError`` whose ``hint`` is the exact state
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +248,8 @@ def ensure_publication(
         )
         try:
             conn.execute(stmt)
-        except (pgerrors.InsufficientPrivilege, pgerrors.ObjectNotInPrerequisiteState) as exc:
+        except (pgerrors.InsufficientPrivilege, pgerrors.ObjectNotInPrerequisiteState,
+                pgerrors.ReadOnlySqlTransaction) as exc:  # read-only: a standby (standby.py)
             raise SourceSetupError(
                 f"cannot create publication {name!r}: {exc.diag.message_primary}", hint=stmt
             ) from exc
@@ -282,7 +283,7 @@ def ensure_publication(
         )
         try:
             conn.execute(stmt)
-        except pgerrors.InsufficientPrivilege as exc:
+        except (pgerrors.InsufficientPrivilege, pgerrors.ReadOnlySqlTransaction) as exc:
             raise SourceSetupError(
                 f"publication {name!r} lacks {[t.qualified for t in missing]} and this role "
                 f"cannot add them: {exc.diag.message_primary}",
@@ -339,10 +340,19 @@ _LOCK_KEY_SQL = "SELECT hashtextextended('replicator.postgres.slot:' || %s, 0)"
 FENCE_WAIT_SECONDS = 3.0
 
 
-def acquire_fence(conn: psycopg.Connection[Any], slot: str) -> int:
+def current_xid(conn: psycopg.Connection[Any]) -> int:
+    """A new 64-bit transaction id of ``conn``'s (primary) server."""
+    return int(_one(conn, "SELECT pg_current_xact_id()::text::bigint"))
+
+
+def acquire_fence(
+    conn: psycopg.Connection[Any], slot: str,
+    token: Callable[[psycopg.Connection[Any]], int] = current_xid,
+) -> int:  # fmt: skip
     """Take the slot's session advisory lock (held until ``conn`` closes) and return a
-    fencing token: this cluster's 64-bit transaction id at the time, which only grows, so a
-    later owner always holds a larger token than every earlier one."""
+    fencing token: by default this cluster's 64-bit transaction id at the time, which only
+    grows, so a later owner always holds a larger token than every earlier one (a standby
+    cannot take one: ``standby.Standby.fencing_token``)."""
     key = int(_one(conn, _LOCK_KEY_SQL, (slot,)))
     # A previous owner that just exited (or was killed) may hold the lock for a moment while
     # its backend winds down: retry briefly before calling it a second engine.
@@ -363,4 +373,4 @@ def acquire_fence(conn: psycopg.Connection[Any], slot: str) -> int:
             "one slot would duplicate or lose changes",
             hint=f"SELECT pg_terminate_backend({holder});  -- only if that engine is gone",
         )
-    return int(_one(conn, "SELECT pg_current_xact_id()::text::bigint"))
+    return token(conn)

@@ -58,10 +58,25 @@ def describe_wait(conn: psycopg.Connection[Any], slot: str, walsender_pid: int) 
     return f"creating replication slot {slot}: {what}; a logical slot starts at a consistent point"
 
 
+def describe_standby_wait(slot: str, nudged: bool) -> str:
+    """One line: what creating ``slot`` on a standby waits for. Its consistent point comes
+    from the primary's running-transactions records in the replayed WAL, not from sessions
+    of the standby (there are none with an xid)."""
+    how = ("source.primary is asked for one every second (pg_log_standby_snapshot())" if nudged
+           else "SELECT pg_log_standby_snapshot(); on the primary sends one now, or set source.primary")  # fmt: skip
+    return (f"creating replication slot {slot} on a standby: waiting for a running-transactions "
+            "record from the primary (its background writer logs one about every 15 s while it "
+            f"writes; and for the transactions it lists to end); {how}")  # fmt: skip
+
+
 class SlotCreationProgress:
     """A context manager around the slot creation: logs every ``every`` seconds until it ends."""
 
-    def __init__(self, dsn: str, slot: str, walsender_pid: int, every: float | None = None) -> None:
+    def __init__(
+        self, dsn: str, slot: str, walsender_pid: int, every: float | None = None,
+        standby: str | None = None,
+    ) -> None:  # fmt: skip
+        self.standby = standby  # on a standby: the line to log (``describe_standby_wait``)
         self.dsn = dsn
         self.slot = slot
         self.walsender_pid = walsender_pid
@@ -81,6 +96,9 @@ class SlotCreationProgress:
         conn: psycopg.Connection[Any] | None = None
         try:
             while not self._stop.wait(self.every):
+                if self.standby is not None:
+                    log.info(self.standby)
+                    continue
                 try:
                     if conn is None:
                         conn = psycopg.connect(session_conninfo(self.dsn), autocommit=True, connect_timeout=10)

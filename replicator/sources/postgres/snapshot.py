@@ -58,6 +58,18 @@ from replicator.sources.postgres.setup import TableInfo, quote_ident
 log = logging.getLogger(__name__)
 
 
+# Read by a fresh snapshot's first statement (``SnapshotReader.begin``). On a standby
+# (``standby.py``) a transaction becomes visible when its commit record is replayed, and the
+# replay position moves only after that record's redo: the *received* position (every
+# replayed record was received first) is past every visible commit; the replay position
+# where WAL is not streamed (an archive only) and received stays NULL.
+SNAPSHOT_BOUND_QUERY = """
+SELECT CASE WHEN pg_is_in_recovery()
+    THEN greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())
+    ELSE pg_current_wal_insert_lsn() END::text
+"""
+
+
 @dataclass
 class SnapshotState(JsonStateFile):
     """What survives a restart: where the committed part of the snapshot ends."""
@@ -123,7 +135,7 @@ class SnapshotReader:
         if snapshot_name is not None:
             self.conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
             return None
-        row = self.conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        row = self.conn.execute(SNAPSHOT_BOUND_QUERY).fetchone()
         assert row is not None
         return str_to_lsn(str(row[0]))
 

@@ -25,6 +25,9 @@ Fencing: a session advisory lock per slot, held for the source's lifetime, refus
 engine at ``start()`` (``FencedError``); the server refuses a second streaming reader of an
 active slot; ``fencing_token`` (the cluster's 64-bit xid at lock time, ever increasing) lets
 the pipeline stamp commits so a zombie writer with a smaller token can be rejected.
+
+A standby (PostgreSQL 16+, in recovery at ``start()``) is read the same way; what differs
+(publication, fencing token, slot creation, no incremental snapshots) is in ``standby.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from itertools import repeat
 from pathlib import Path
@@ -48,7 +52,7 @@ from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
 from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.snapshot import SnapshotCursor
-from replicator.sources.postgres import setup
+from replicator.sources.postgres import setup, standby
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
     RelState,
@@ -72,7 +76,7 @@ from replicator.sources.postgres.replication import (
     source_identity,
 )
 from replicator.sources.postgres.retained import lsn_position, slot_retained, wal_head
-from replicator.sources.postgres.slot_wait import SlotCreationProgress
+from replicator.sources.postgres.slot_wait import SlotCreationProgress, describe_standby_wait
 from replicator.sources.postgres.snapshot import (
     Chunk,
     SnapshotPlan,
@@ -116,6 +120,7 @@ class PostgresSource(ChangeSource):
         snapshot_copy: bool = True,
         failover_slot: bool = False,
         discover_every_s: float = 30.0,
+        primary_dsn: str | None = None,
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
@@ -132,6 +137,8 @@ class PostgresSource(ChangeSource):
         # row-by-row cursor (the reference the COPY path is tested and benchmarked against).
         self.snapshot_copy = snapshot_copy
         self.failover_slot = failover_slot  # PostgreSQL 17+: FAILOVER, kept on standbys
+        self.primary_dsn = primary_dsn  # source.primary: when ``dsn`` is a standby
+        self._standby: standby.Standby | None = None  # set at start when ``dsn`` is in recovery
         self.stats = SourceStats()
         self.fencing_token: int | None = None
         self._toast = RowCache(toast_cache_bytes)
@@ -179,7 +186,12 @@ class PostgresSource(ChangeSource):
         committed = {t: p.parts for t, p in checkpoints.positions("postgres").items()}
         self._checkpointed = sorted(committed)
         conn = self._conn = self._connect()
-        self.fencing_token = setup.acquire_fence(conn, self.slot)
+        sb = self._standby = standby.detect(conn, self.primary_dsn)
+        if sb is None:
+            self.fencing_token = setup.acquire_fence(conn, self.slot)
+        else:
+            sb.check(conn, failover_slot=self.failover_slot)
+            self.fencing_token = setup.acquire_fence(conn, self.slot, sb.fencing_token)
         setup.check_server(conn)
         setup.check_role(conn)
         self.source_id = source_identity(conn, self.dsn, self.slot)
@@ -196,7 +208,7 @@ class PostgresSource(ChangeSource):
             if self.state_path else None, self.source_id, infos,
         )  # fmt: skip
         self._partitions.check(conn)
-        added = setup.ensure_publication(conn, self.publication, infos)
+        added = (setup.ensure_publication if sb is None else sb.publication)(conn, self.publication, infos)
         mapper = TypeMapper(catalog_lookup(conn), unconstrained_numeric=self.unconstrained_numeric)
         self._asm = ChangeAssembler(
             tables=self._tables, mapper=mapper, committed=committed, toast=self._toast,
@@ -205,6 +217,8 @@ class PostgresSource(ChangeSource):
         slot = setup.slot_info(conn, self.slot)
         if slot is not None:
             setup.check_slot(slot, conn.info.dbname)
+            if sb is not None:
+                sb.check_slot(conn, self.slot)
             if self.failover_slot and ensure_failover_slot(conn, self.dsn, self.slot):
                 log.info("slot %s is now a failover slot", self.slot)
         elif self.failover_slot:
@@ -214,7 +228,9 @@ class PostgresSource(ChangeSource):
         if slot is None:
             repl = ReplicationConnection(self.dsn)
             try:
-                with SlotCreationProgress(self.dsn, self.slot, repl.pgconn.backend_pid):
+                wait = None if sb is None else describe_standby_wait(self.slot, sb.primary_dsn is not None)
+                with SlotCreationProgress(self.dsn, self.slot, repl.pgconn.backend_pid, standby=wait), \
+                        sb.creating_slot() if sb is not None else nullcontext():
                     self._confirmed, snapshot_name = repl.create_slot_exported(
                         self.slot, failover=self.failover_slot
                     )
@@ -253,6 +269,10 @@ class PostgresSource(ChangeSource):
                and (committed.get(t.qualified) or (None,))[0] != snap_lsn]  # fmt: skip
         asm = self._asm
         path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
+        if self._standby is not None and path is not None:
+            log.info("incremental snapshots are off on a standby (their watermarks are written "
+                     "to the source): tables added later are copied before streaming resumes")  # fmt: skip
+            path = None
         self._incr, rest = start_incremental(
             self._conn, state_path=path, source_id=self.source_id or "", selected=self._tables,
             candidates=new, committed_tables=set(committed),
