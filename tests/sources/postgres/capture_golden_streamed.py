@@ -67,7 +67,7 @@ def main() -> None:
         kind = KINDS[bytes(data[:1])]
         inside = kind == "stream_start" or (inside and kind != "stream_stop")
         # Keep every frame message and the first and last few changes of each block.
-        if kind in ("insert", "update", "delete") and 3 <= i and i + 3 < len(rows) and all(
+        if kind in ("insert", "update", "delete") and i >= 3 and i + 3 < len(rows) and all(
             KINDS[bytes(r[0][:1])] in ("insert", "update", "delete") for r in rows[i - 3 : i + 4]
         ):
             continue
