@@ -67,6 +67,13 @@ class SourceConfig(_Strict):
         True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
         "(false: row by row through a server-side cursor)",
     )
+    streaming: Literal["auto", "on", "off"] = Field(
+        "auto", description="postgres: stream in-progress transactions (pgoutput protocol 2): "
+        "the server sends a transaction larger than its logical_decoding_work_mem while it "
+        "runs instead of decoding it whole to its own disk first; the engine keeps it in "
+        "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
+        "refused on older servers",
+    )
     server_id: int = 4242
     zero_dates: Literal["null", "dead-letter"] = Field(
         "null",

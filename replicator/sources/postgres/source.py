@@ -63,7 +63,7 @@ from replicator.sources.postgres.incremental import (
     start_incremental,
 )
 from replicator.sources.postgres.partitions import PartitionWatch
-from replicator.sources.postgres.pgoutput import TupleData, decode
+from replicator.sources.postgres.pgoutput import PgOutputMessage, TupleData, decode
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
     check_failover_supported,
@@ -81,6 +81,12 @@ from replicator.sources.postgres.snapshot import (
     plan_resumed_snapshot,
     table_columns,
     text_loaders,
+)
+from replicator.sources.postgres.streamed import (
+    STREAM_KINDS,
+    StreamedTransactions,
+    StreamingMode,
+    streaming_enabled,
 )
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import (
@@ -116,6 +122,7 @@ class PostgresSource(ChangeSource):
         snapshot_copy: bool = True,
         failover_slot: bool = False,
         discover_every_s: float = 30.0,
+        streaming: StreamingMode = "auto",
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
@@ -132,6 +139,9 @@ class PostgresSource(ChangeSource):
         # row-by-row cursor (the reference the COPY path is tested and benchmarked against).
         self.snapshot_copy = snapshot_copy
         self.failover_slot = failover_slot  # PostgreSQL 17+: FAILOVER, kept on standbys
+        self.streaming = streaming  # in-progress transactions streamed (PostgreSQL 14+)
+        self.state_dir = Path(state_dir) if state_dir else None
+        self._streamed: StreamedTransactions | None = None
         self.stats = SourceStats()
         self.fencing_token: int | None = None
         self._toast = RowCache(toast_cache_bytes)
@@ -182,6 +192,7 @@ class PostgresSource(ChangeSource):
         self.fencing_token = setup.acquire_fence(conn, self.slot)
         setup.check_server(conn)
         setup.check_role(conn)
+        self._start_streamed(conn.info.server_version)
         self.source_id = source_identity(conn, self.dsn, self.slot)
         state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and self.state_path is not None:
@@ -236,6 +247,17 @@ class PostgresSource(ChangeSource):
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
             self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+
+    def _start_streamed(self, server_version: int) -> None:
+        if not streaming_enabled(self.streaming, server_version):
+            log.info("streaming of in-progress transactions: off (source.streaming: %s)", self.streaming)
+            return
+        where = self.state_dir / "streamed" / f"postgres-{self.slot}" if self.state_dir else None
+        self._streamed = StreamedTransactions(where)
+        log.info(
+            "streaming of in-progress transactions: on (pgoutput protocol 2; large transactions "
+            "kept under %s until their commit)", self._streamed.directory,
+        )  # fmt: skip
 
     def _start_incremental(
         self, plan: SnapshotPlan | None, state: SnapshotState | None,
@@ -374,6 +396,9 @@ class PostgresSource(ChangeSource):
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
+            if self._streamed is not None:
+                self._streamed.close()
+                self._streamed = None
             for c in (self._text_conn, self._conn):  # closing _conn releases the fence
                 if c is not None:
                     c.close()
@@ -483,12 +508,17 @@ class PostgresSource(ChangeSource):
         assert self._asm is not None
         stream = ReplicationConnection(self.dsn)
         try:  # 0/0: the server starts at the slot's confirmed position
-            stream.start(self.slot, self.publication, 0, self._confirmed, messages=self._incr is not None)
+            stream.start(
+                self.slot, self.publication, 0, self._confirmed,
+                messages=self._incr is not None, streaming=self._streamed is not None,
+            )  # fmt: skip
         except Exception:
             stream.close()
             raise
         self._stream = stream
         self._asm.reset()
+        if self._streamed is not None:  # the new session streams open transactions afresh
+            self._streamed.discard_all()
 
     def _poll_stream(self) -> Iterator[ChangeEvent]:
         # An incremental snapshot with chunks left never polls empty (that would read as
@@ -539,16 +569,26 @@ class PostgresSource(ChangeSource):
                 continue
             started = True
             n += 1
-            msg = decode(data)
-            if incr is None:
-                yield from asm.handle(msg, len(data))
+            streamed = self._streamed
+            if streamed is None or not (streamed.in_block or data[0] in STREAM_KINDS):
+                yield from self._handle(decode(data), len(data))
                 continue
-            for ev in asm.handle(msg, len(data)):
-                incr.on_event(ev)
-                yield ev
-            for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
-                asm.last_out = tuple(int(p) for p in ev.position.parts)
-                yield ev
+            # A block of an in-progress transaction is kept aside; its commit replays it whole.
+            for msg, size in streamed.feed(data):
+                yield from self._handle(msg, size)
+
+    def _handle(self, msg: PgOutputMessage, size: int) -> Iterator[ChangeEvent]:
+        asm, incr = self._asm, self._incr
+        assert asm is not None
+        if incr is None:
+            yield from asm.handle(msg, size)
+            return
+        for ev in asm.handle(msg, size):
+            incr.on_event(ev)
+            yield ev
+        for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
+            asm.last_out = tuple(int(p) for p in ev.position.parts)
+            yield ev
 
     def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
         """The row's current text values (positions as in ``new``); None if it is gone."""
