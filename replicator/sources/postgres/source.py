@@ -84,6 +84,7 @@ from replicator.sources.postgres.snapshot import (
 )
 from replicator.sources.postgres.streamed import (
     STREAM_KINDS,
+    StreamedStats,
     StreamedTransactions,
     StreamingMode,
     streaming_enabled,
@@ -249,6 +250,7 @@ class PostgresSource(ChangeSource):
             self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
 
     def _start_streamed(self, server_version: int) -> None:
+        self._streamed = None
         if not streaming_enabled(self.streaming, server_version):
             log.info("streaming of in-progress transactions: off (source.streaming: %s)", self.streaming)
             return
@@ -396,9 +398,8 @@ class PostgresSource(ChangeSource):
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
-            if self._streamed is not None:
+            if self._streamed is not None:  # kept: its counters outlive the run
                 self._streamed.close()
-                self._streamed = None
             for c in (self._text_conn, self._conn):  # closing _conn releases the fence
                 if c is not None:
                     c.close()
@@ -698,6 +699,11 @@ class PostgresSource(ChangeSource):
     def snapshot_in_progress(self) -> bool:
         # An incremental snapshot too: a table partly copied makes no consistent cut.
         return self._cursor is not None or (self._incr is not None and self._incr.active)
+
+    @property
+    def streamed_stats(self) -> StreamedStats | None:
+        """Counters of streamed in-progress transactions; None when streaming is off."""
+        return self._streamed.stats if self._streamed is not None else None
 
     @property
     def confirmed_lsn(self) -> int:

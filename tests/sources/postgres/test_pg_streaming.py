@@ -75,7 +75,7 @@ def test_big_transaction_streamed_with_another_committing_between(
     t = [e for e in events if e.table == "public.t"]
     assert [e.after["id"] for e in t[:2]] == [-1, 1]  # the small one committed first
     assert len(t) == 1 + ROWS + 10 and t[-1].op.value == "u" and t[-1].after["v"] == "late"
-    assert src._streamed.stats.committed == 1 and not _spools(tmp_path)
+    assert src.streamed_stats.committed == 1 and not _spools(tmp_path)
 
 
 def test_rolled_back_streamed_transaction_gives_nothing(
@@ -88,7 +88,7 @@ def test_rolled_back_streamed_transaction_gives_nothing(
     sql("INSERT INTO t VALUES (-1, 'kept')")
     events = kit.drain(src, _marker(sql, 1))
     assert [e.after["id"] for e in events if e.table == "public.t"] == [-1]
-    assert src._streamed.stats.aborted == 1 and not _spools(tmp_path)
+    assert src.streamed_stats.aborted == 1 and not _spools(tmp_path)
 
 
 def test_rollback_to_savepoint_drops_only_that_part(
@@ -109,7 +109,7 @@ def test_rollback_to_savepoint_drops_only_that_part(
     t = [e for e in events if e.table == "public.t"]
     assert [e.op.value for e in t] == ["c"] * ROWS + ["d"] * (ROWS // 2)
     assert {e.after["v"][0] for e in t if e.after} == {"a"}
-    assert src._streamed.stats.subtransactions_aborted >= 1
+    assert src.streamed_stats.subtransactions_aborted >= 1
 
 
 def test_reconnect_mid_stream_streams_the_transaction_again(
@@ -127,14 +127,14 @@ def test_reconnect_mid_stream_streams_the_transaction_again(
     _check_transactions(events)
     t = [e.after["id"] for e in events if e.table == "public.t"]
     assert t == list(range(1, 2 * ROWS + 1)) and src.stats.reconnects >= 1
-    assert src._streamed.stats.committed == 1 and not _spools(tmp_path)
+    assert src.streamed_stats.committed == 1 and not _spools(tmp_path)
 
 
 def test_streaming_off_gives_the_same_events(
     sql: Sql, make_source: Make, pg_dsn: str, tmp_path: Path, tables: None
 ) -> None:
     src = _source(make_source, pg_dsn, tmp_path, streaming="off")
-    assert src._streamed is None
+    assert src.streamed_stats is None
     sql(f"INSERT INTO t SELECT g, 'big' || g FROM generate_series(1, {ROWS}) g")
     events = kit.drain(src, _marker(sql, 1))
     _check_transactions(events)
