@@ -96,6 +96,12 @@ class SourceConfig(_Strict):
         "source support)",
     )
 
+    @field_validator("streaming", mode="before")
+    @classmethod
+    def _streaming_words(cls, v: object) -> object:
+        # YAML 1.1 reads a bare on/off as a boolean: take it as the word that was written.
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
     @model_validator(mode="after")
     def _needs_location(self) -> SourceConfig:
         if self.type == "debezium-json" and self.path is None:

@@ -253,3 +253,15 @@ source: {type: postgres, dsn: "postgresql://x"}
 iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
 """))
     assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)
+
+
+def test_postgres_streaming_choice(tmp_path: Path) -> None:
+    body = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
+    cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x}\n" + body))
+    assert cfg.source.streaming == "auto"
+    for word in ("on", "off", "'on'", "auto"):  # a bare on/off is a YAML boolean
+        cfg = load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, streaming: {word}}}\n" + body))
+        assert cfg.source.streaming == word.strip("'")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, "source: {type: postgres, dsn: x, streaming: always}\n" + body))
+    assert "source.streaming" in str(exc.value) and "'auto', 'on' or 'off'" in str(exc.value)
