@@ -17,6 +17,9 @@ Restart rules (``start(checkpoints)``):
   position at or below the last one handed out (after a reconnect the server resends from
   the slot's confirmed position).
 
+Streaming (``streaming``, PostgreSQL 14+): a transaction the server streams while it runs is
+kept aside until its commit and then handed out whole, like any other (``streamed.py``).
+
 Acknowledgements: ``acknowledge(pos)`` of a streamed position reports the transaction's end
 (or its commit LSN, when only part of it is durable) as flushed, which moves the slot's
 ``confirmed_flush_lsn``; a snapshot position only advances the snapshot state file.
@@ -415,7 +418,8 @@ class PostgresSource(ChangeSource):
         """Called between (or after) polls on the reader thread. No transaction is in flight:
         the stream's WAL end (a keepalive's position, or the end of the last commit sent) has
         every transaction committed before it sent, because the walsender sends transactions
-        whole, in commit order. A silent stream (the walsender decoding a large transaction)
+        whole, in commit order (a streamed one is handed out at its Stream Commit, in that
+        order too; its earlier blocks hand out nothing). A silent stream (the walsender decoding a large transaction)
         does not move it: that is not "caught up"."""
         asm, stream = self._asm, self._stream
         if self._cursor is not None or asm is None:
