@@ -69,7 +69,10 @@ def test_streamed_transactions_equal_the_source(tmp_path: Path, pg_db: str, spar
     assert not summary.stopped and summary.dead_letters == 0, summary
     stats = getattr(engine.source, "streamed_stats", None)
     assert stats is not None, "streaming is on by default on PostgreSQL 14+"
-    assert stats.committed == 1 and stats.aborted == 1 and stats.subtransactions_aborted >= 1, stats
+    assert stats.committed == 1 and stats.subtransactions_aborted >= 1, stats
+    with psycopg.connect(pg_db) as conn:
+        # 18 skips a transaction already rolled back when the walsender reaches it.
+        assert stats.aborted == (conn.info.server_version < 180000), stats
     assert not list((tmp_path / "state" / "streamed").rglob("*.xact")), "spool files left behind"
     counts = assert_tables_equal(cfg_path, pg_db, duckdb=False)
     assert counts == {"public.t": 500 + ROWS - 100, "public.u": 21}
