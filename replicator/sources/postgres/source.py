@@ -419,8 +419,8 @@ class PostgresSource(ChangeSource):
         the stream's WAL end (a keepalive's position, or the end of the last commit sent) has
         every transaction committed before it sent, because the walsender sends transactions
         whole, in commit order (a streamed one is handed out at its Stream Commit, in that
-        order too; its earlier blocks hand out nothing). A silent stream (the walsender decoding a large transaction)
-        does not move it: that is not "caught up"."""
+        order too; its earlier blocks hand out nothing). A silent stream (the walsender
+        decoding a large transaction) does not move it: that is not "caught up"."""
         asm, stream = self._asm, self._stream
         if self._cursor is not None or asm is None:
             return None
@@ -575,12 +575,16 @@ class PostgresSource(ChangeSource):
             started = True
             n += 1
             streamed = self._streamed
-            if streamed is None or not (streamed.in_block or data[0] in STREAM_KINDS):
-                yield from self._handle(decode(data), len(data))
+            if streamed is not None and (streamed.in_block or data[0] in STREAM_KINDS):
+                # A block of an in-progress transaction is kept aside; its commit replays it whole.
+                for msg, size in streamed.feed(data):
+                    yield from self._handle(msg, size)
                 continue
-            # A block of an in-progress transaction is kept aside; its commit replays it whole.
-            for msg, size in streamed.feed(data):
-                yield from self._handle(msg, size)
+            msg = decode(data)
+            if incr is None:  # the common case inline: no generator per message
+                yield from asm.handle(msg, len(data))
+                continue
+            yield from self._handle(msg, len(data))
 
     def _handle(self, msg: PgOutputMessage, size: int) -> Iterator[ChangeEvent]:
         asm, incr = self._asm, self._incr
