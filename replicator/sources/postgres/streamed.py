@@ -133,6 +133,16 @@ class StreamedTransactions:
         """One message read in a block, or a frame message. Yields the messages to decode
         in its place: nothing while a transaction is being streamed, the whole transaction
         (Begin .. Commit) at its Stream Commit."""
+        try:
+            return self._feed(data)
+        except OSError as exc:  # e.g. the disk is full: say where and what to do
+            raise TerminalError(
+                f"cannot keep a streamed transaction under {self.directory}: {exc}",
+                hint="free space there, or set source.streaming: off (the server then holds "
+                "large transactions until their commit)",
+            ) from exc
+
+    def _feed(self, data: bytes) -> Replayed:
         if self._block is not None and data[0] not in STREAM_KINDS:
             self._append(self._block, data)
             return iter(())

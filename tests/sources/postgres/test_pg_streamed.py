@@ -138,3 +138,11 @@ def test_streaming_mode_against_server_version() -> None:
     assert not streaming_enabled("auto", 130010) and not streaming_enabled("off", 170000)
     with pytest.raises(SourceSetupError, match="PostgreSQL 14 or later"):
         streaming_enabled("on", 130010)
+
+
+def test_a_spool_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    st = StreamedTransactions(tmp_path / "spool")
+    (tmp_path / "spool").rmdir()  # gone under the engine (as a full or lost disk)
+    with pytest.raises(TerminalError, match="cannot keep a streamed transaction under") as exc:
+        _feed(st, kit.stream_start(10, True))
+    assert "source.streaming: off" in str(exc.value)
