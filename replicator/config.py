@@ -100,6 +100,13 @@ class SourceConfig(_Strict):
         True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
         "(false: row by row through a server-side cursor)",
     )
+    streaming: Literal["auto", "on", "off"] = Field(
+        "auto", description="postgres: stream in-progress transactions (pgoutput protocol 2): "
+        "the server sends a transaction larger than its logical_decoding_work_mem while it "
+        "runs instead of decoding it whole to its own disk first; the engine keeps it in "
+        "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
+        "refused on older servers",
+    )
     server_id: int = 4242
     zero_dates: Literal["null", "dead-letter"] = Field(
         "null",
@@ -121,6 +128,12 @@ class SourceConfig(_Strict):
         "only for input known to hold each change once (e.g. Kafka Connect exactly-once "
         "source support)",
     )
+
+    @field_validator("streaming", mode="before")
+    @classmethod
+    def _streaming_words(cls, v: object) -> object:
+        # YAML 1.1 reads a bare on/off as a boolean: take it as the word that was written.
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _needs_location(self) -> SourceConfig:

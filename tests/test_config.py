@@ -285,3 +285,13 @@ iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
 """))
     assert message in str(exc.value)
     assert "s3cret-pw" not in str(exc.value)
+def test_postgres_streaming_choice(tmp_path: Path) -> None:
+    body = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
+    cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x}\n" + body))
+    assert cfg.source.streaming == "auto"
+    for word in ("on", "off", "'on'", "auto"):  # a bare on/off is a YAML boolean
+        cfg = load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, streaming: {word}}}\n" + body))
+        assert cfg.source.streaming == word.strip("'")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, "source: {type: postgres, dsn: x, streaming: always}\n" + body))
+    assert "source.streaming" in str(exc.value) and "'auto', 'on' or 'off'" in str(exc.value)

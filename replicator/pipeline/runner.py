@@ -94,7 +94,7 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
         return PostgresSource(
             src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
             tables=src.tables, state_dir=cfg.state_dir, snapshot_copy=src.snapshot_copy,
-            failover_slot=src.failover_slot,
+            failover_slot=src.failover_slot, streaming=src.streaming,
             primary_dsn=src.primary.dsn if src.primary is not None else None,
         )
     if src.type == "mysql":

@@ -1,4 +1,5 @@
-"""A pure decoder of ``pgoutput`` logical replication messages, protocol version 1.
+"""A pure decoder of ``pgoutput`` logical replication messages, protocol version 1, plus
+version 2's streaming of in-progress transactions (PostgreSQL 14+).
 
 No I/O: ``decode(data)`` turns the bytes of one message (the payload of an XLogData frame or
 the ``data`` column of ``pg_logical_slot_peek_binary_changes``) into a frozen, typed
@@ -8,6 +9,12 @@ Tuple data values are ``str`` (kind ``'t'``, text output of the type, decoded as
 server converts to the client encoding, which the source pins to UTF8), ``None`` (``'n'``),
 ``UNCHANGED_TOAST`` (``'u'``: an unchanged TOASTed value the server did not send) or ``bytes``
 (``'b'``, only with the ``binary`` option, which the source does not use).
+
+Streaming (protocol version 2, ``streaming 'on'``): a large transaction is sent while it runs,
+in blocks between Stream Start ('S') and Stream Stop ('E'), interleaved with other transactions,
+and ended by Stream Commit ('c') or Stream Abort ('A'). Inside a block every message but Origin
+carries the (sub)transaction's xid right after its type byte: ``split_streamed`` takes it out,
+leaving the bytes ``decode`` reads as version 1.
 
 Speed: the hot path is ``_tuple``. An ASCII message (the common case) is decoded to ``str``
 once and values are sliced out of it, saving one decode call per value; offsets are read
@@ -22,7 +29,7 @@ from typing import NamedTuple, TypeAlias
 
 
 class DecodeError(ValueError):
-    """The bytes are not a well-formed pgoutput v1 message."""
+    """The bytes are not a well-formed pgoutput message."""
 
 
 class _Unchanged:
@@ -124,8 +131,31 @@ class Message(NamedTuple):
     content: bytes
 
 
+class StreamStart(NamedTuple):
+    xid: int  # the top-level transaction the block belongs to
+    first_segment: bool  # the transaction's first block
+
+
+class StreamStop(NamedTuple):
+    pass
+
+
+class StreamCommit(NamedTuple):
+    xid: int
+    flags: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: int
+
+
+class StreamAbort(NamedTuple):
+    xid: int  # top-level transaction
+    subxid: int  # == xid: the whole transaction; else the one subtransaction rolled back
+
+
 PgOutputMessage: TypeAlias = (
     Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | Message
+    | StreamStart | StreamStop | StreamCommit | StreamAbort
 )
 
 _I16 = struct.Struct(">h")
@@ -138,6 +168,9 @@ _COL_TAIL = struct.Struct(">Ii")
 _TRUNC_HEAD = struct.Struct(">iB")
 _MSG_HEAD = struct.Struct(">BQ")
 _U64 = struct.Struct(">Q")
+_STREAM_START = struct.Struct(">IB")
+_STREAM_COMMIT = struct.Struct(">IBQQq")
+_STREAM_ABORT = struct.Struct(">II")
 
 _T, _N, _U, _B = ord("t"), ord("n"), ord("u"), ord("b")
 
@@ -275,6 +308,24 @@ def _message(buf: bytes) -> Message:
     return Message(bool(flags & 1), lsn, prefix, content)
 
 
+def _stream_start(buf: bytes) -> StreamStart:
+    xid, first = _STREAM_START.unpack_from(buf, 1)
+    return StreamStart(xid, bool(first))
+
+
+def _stream_stop(buf: bytes) -> StreamStop:
+    return StreamStop()
+
+
+def _stream_commit(buf: bytes) -> StreamCommit:
+    return StreamCommit(*_STREAM_COMMIT.unpack_from(buf, 1))
+
+
+def _stream_abort(buf: bytes) -> StreamAbort:
+    # Version 4 (parallel apply, not requested) appends the abort LSN and time: ignored.
+    return StreamAbort(*_STREAM_ABORT.unpack_from(buf, 1))
+
+
 _DECODERS: dict[int, Callable[[bytes], PgOutputMessage]] = {
     ord("B"): _begin,
     ord("C"): _commit,
@@ -286,11 +337,19 @@ _DECODERS: dict[int, Callable[[bytes], PgOutputMessage]] = {
     ord("D"): _delete,
     ord("T"): _truncate,
     ord("M"): _message,
+    ord("S"): _stream_start,
+    ord("E"): _stream_stop,
+    ord("c"): _stream_commit,
+    ord("A"): _stream_abort,
 }
+
+# Message types that carry no xid inside a stream block (Origin follows Stream Start as is).
+_NO_STREAM_XID = frozenset(b"OSEcA")
 
 
 def decode(data: bytes | bytearray | memoryview) -> PgOutputMessage:
-    """Decode one pgoutput v1 message. Raises DecodeError on malformed input."""
+    """Decode one pgoutput message (inside a stream block: after ``split_streamed``). Raises
+    DecodeError on malformed input."""
     buf = data if type(data) is bytes else bytes(data)
     if not buf:
         raise DecodeError("empty message")
@@ -301,6 +360,20 @@ def decode(data: bytes | bytearray | memoryview) -> PgOutputMessage:
         return fn(buf)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise DecodeError(f"malformed {chr(buf[0])!r} message: {exc}") from exc
+
+
+def split_streamed(data: bytes | bytearray | memoryview) -> tuple[int | None, bytes]:
+    """A message read inside a stream block -> (its (sub)transaction xid, the message as
+    version 1 sends it). Messages without an xid there (Origin) -> (None, the message)."""
+    buf = data if type(data) is bytes else bytes(data)
+    if not buf:
+        raise DecodeError("empty message")
+    if buf[0] in _NO_STREAM_XID:
+        return None, buf
+    if len(buf) < 5:
+        raise DecodeError(f"streamed {chr(buf[0])!r} message too short for its xid")
+    (xid,) = _U32.unpack_from(buf, 1)
+    return xid, buf[:1] + buf[5:]
 
 
 def lsn_to_str(lsn: int) -> str:

@@ -108,15 +108,30 @@ class ReplicationConnection:
         return (int(hi, 16) << 32) | int(lo, 16), snapshot
 
     def start(
-        self, slot: str, publication: str, start_lsn: int, flushed: int, *, messages: bool = False
+        self,
+        slot: str,
+        publication: str,
+        start_lsn: int,
+        flushed: int,
+        *,
+        messages: bool = False,
+        streaming: bool = False,
     ) -> None:
         """START_REPLICATION; ``flushed`` is the slot's confirmed position (never report less:
-        PostgreSQL < 17 would move confirmed_flush_lsn backwards)."""
+        PostgreSQL < 17 would move confirmed_flush_lsn backwards). ``streaming``: protocol
+        version 2, in-progress transactions streamed (``streamed.py``; PostgreSQL 14+)."""
         self.flushed = flushed
+        options = [
+            f"\"proto_version\" '{2 if streaming else 1}'",
+            f'"publication_names" {quote_literal(quote_ident(publication))}',
+        ]
+        if messages:
+            options.append("\"messages\" 'true'")
+        if streaming:
+            options.append("\"streaming\" 'on'")
         sql = (
             f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {lsn_to_str(start_lsn)} "
-            f'("proto_version" \'1\', "publication_names" {quote_literal(quote_ident(publication))}'
-            + (", \"messages\" 'true')" if messages else ")")
+            f"({', '.join(options)})"
         )
         res = self.pgconn.exec_(sql.encode())
         if res.status != pq.ExecStatus.COPY_BOTH:

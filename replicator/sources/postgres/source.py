@@ -17,6 +17,9 @@ Restart rules (``start(checkpoints)``):
   position at or below the last one handed out (after a reconnect the server resends from
   the slot's confirmed position).
 
+Streaming (``streaming``, PostgreSQL 14+): a transaction the server streams while it runs is
+kept aside until its commit and then handed out whole, like any other (``streamed.py``).
+
 Acknowledgements: ``acknowledge(pos)`` of a streamed position reports the transaction's end
 (or its commit LSN, when only part of it is durable) as flushed, which moves the slot's
 ``confirmed_flush_lsn``; a snapshot position only advances the snapshot state file.
@@ -67,7 +70,7 @@ from replicator.sources.postgres.incremental import (
     start_incremental,
 )
 from replicator.sources.postgres.partitions import PartitionWatch
-from replicator.sources.postgres.pgoutput import TupleData, decode
+from replicator.sources.postgres.pgoutput import PgOutputMessage, TupleData, decode
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
     check_failover_supported,
@@ -85,6 +88,13 @@ from replicator.sources.postgres.snapshot import (
     plan_resumed_snapshot,
     table_columns,
     text_loaders,
+)
+from replicator.sources.postgres.streamed import (
+    STREAM_KINDS,
+    StreamedStats,
+    StreamedTransactions,
+    StreamingMode,
+    streaming_enabled,
 )
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import (
@@ -121,6 +131,7 @@ class PostgresSource(ChangeSource):
         failover_slot: bool = False,
         discover_every_s: float = 30.0,
         primary_dsn: str | None = None,
+        streaming: StreamingMode = "auto",
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
@@ -139,6 +150,9 @@ class PostgresSource(ChangeSource):
         self.failover_slot = failover_slot  # PostgreSQL 17+: FAILOVER, kept on standbys
         self.primary_dsn = primary_dsn  # source.primary: when ``dsn`` is a standby
         self._standby: standby.Standby | None = None  # set at start when ``dsn`` is in recovery
+        self.streaming = streaming  # in-progress transactions streamed (PostgreSQL 14+)
+        self.state_dir = Path(state_dir) if state_dir else None
+        self._streamed: StreamedTransactions | None = None
         self.stats = SourceStats()
         self.fencing_token: int | None = None
         self._toast = RowCache(toast_cache_bytes)
@@ -194,6 +208,7 @@ class PostgresSource(ChangeSource):
             self.fencing_token = setup.acquire_fence(conn, self.slot, sb.fencing_token)
         setup.check_server(conn)
         setup.check_role(conn)
+        self._start_streamed(conn.info.server_version)
         self.source_id = source_identity(conn, self.dsn, self.slot)
         state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and self.state_path is not None:
@@ -252,6 +267,18 @@ class PostgresSource(ChangeSource):
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
             self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+
+    def _start_streamed(self, server_version: int) -> None:
+        self._streamed = None
+        if not streaming_enabled(self.streaming, server_version):
+            log.info("streaming of in-progress transactions: off (source.streaming: %s)", self.streaming)
+            return
+        where = self.state_dir / "streamed" / f"postgres-{self.slot}" if self.state_dir else None
+        self._streamed = StreamedTransactions(where)
+        log.info(
+            "streaming of in-progress transactions: on (pgoutput protocol 2; large transactions "
+            "kept under %s until their commit)", self._streamed.directory,
+        )  # fmt: skip
 
     def _start_incremental(
         self, plan: SnapshotPlan | None, state: SnapshotState | None,
@@ -394,6 +421,8 @@ class PostgresSource(ChangeSource):
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
+            if self._streamed is not None:  # kept: its counters outlive the run
+                self._streamed.close()
             for c in (self._text_conn, self._conn):  # closing _conn releases the fence
                 if c is not None:
                     c.close()
@@ -409,8 +438,9 @@ class PostgresSource(ChangeSource):
         """Called between (or after) polls on the reader thread. No transaction is in flight:
         the stream's WAL end (a keepalive's position, or the end of the last commit sent) has
         every transaction committed before it sent, because the walsender sends transactions
-        whole, in commit order. A silent stream (the walsender decoding a large transaction)
-        does not move it: that is not "caught up"."""
+        whole, in commit order (a streamed one is handed out at its Stream Commit, in that
+        order too; its earlier blocks hand out nothing). A silent stream (the walsender
+        decoding a large transaction) does not move it: that is not "caught up"."""
         asm, stream = self._asm, self._stream
         if self._cursor is not None or asm is None:
             return None
@@ -503,12 +533,17 @@ class PostgresSource(ChangeSource):
         assert self._asm is not None
         stream = ReplicationConnection(self.dsn)
         try:  # 0/0: the server starts at the slot's confirmed position
-            stream.start(self.slot, self.publication, 0, self._confirmed, messages=self._incr is not None)
+            stream.start(
+                self.slot, self.publication, 0, self._confirmed,
+                messages=self._incr is not None, streaming=self._streamed is not None,
+            )  # fmt: skip
         except Exception:
             stream.close()
             raise
         self._stream = stream
         self._asm.reset()
+        if self._streamed is not None:  # the new session streams open transactions afresh
+            self._streamed.discard_all()
 
     def _poll_stream(self) -> Iterator[ChangeEvent]:
         # An incremental snapshot with chunks left never polls empty (that would read as
@@ -559,16 +594,30 @@ class PostgresSource(ChangeSource):
                 continue
             started = True
             n += 1
+            streamed = self._streamed
+            if streamed is not None and (streamed.in_block or data[0] in STREAM_KINDS):
+                # A block of an in-progress transaction is kept aside; its commit replays it whole.
+                for msg, size in streamed.feed(data):
+                    yield from self._handle(msg, size)
+                continue
             msg = decode(data)
-            if incr is None:
+            if incr is None:  # the common case inline: no generator per message
                 yield from asm.handle(msg, len(data))
                 continue
-            for ev in asm.handle(msg, len(data)):
-                incr.on_event(ev)
-                yield ev
-            for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
-                asm.last_out = tuple(int(p) for p in ev.position.parts)
-                yield ev
+            yield from self._handle(msg, len(data))
+
+    def _handle(self, msg: PgOutputMessage, size: int) -> Iterator[ChangeEvent]:
+        asm, incr = self._asm, self._incr
+        assert asm is not None
+        if incr is None:
+            yield from asm.handle(msg, size)
+            return
+        for ev in asm.handle(msg, size):
+            incr.on_event(ev)
+            yield ev
+        for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
+            asm.last_out = tuple(int(p) for p in ev.position.parts)
+            yield ev
 
     def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
         """The row's current text values (positions as in ``new``); None if it is gone."""
@@ -678,6 +727,11 @@ class PostgresSource(ChangeSource):
     def snapshot_in_progress(self) -> bool:
         # An incremental snapshot too: a table partly copied makes no consistent cut.
         return self._cursor is not None or (self._incr is not None and self._incr.active)
+
+    @property
+    def streamed_stats(self) -> StreamedStats | None:
+        """Counters of streamed in-progress transactions; None when streaming is off."""
+        return self._streamed.stats if self._streamed is not None else None
 
     @property
     def confirmed_lsn(self) -> int:

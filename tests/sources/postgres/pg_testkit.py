@@ -41,6 +41,27 @@ def commit(commit_lsn: int, end_lsn: int, commit_ts: int, flags: int = 0) -> byt
     return b"C" + struct.pack(">BQQq", flags, commit_lsn, end_lsn, commit_ts)
 
 
+def stream_start(xid: int, first: bool = False) -> bytes:
+    return b"S" + struct.pack(">IB", xid, first)
+
+
+def stream_stop() -> bytes:
+    return b"E"
+
+
+def stream_commit(xid: int, commit_lsn: int, end_lsn: int, commit_ts: int, flags: int = 0) -> bytes:
+    return b"c" + struct.pack(">IBQQq", xid, flags, commit_lsn, end_lsn, commit_ts)
+
+
+def stream_abort(xid: int, subxid: int) -> bytes:
+    return b"A" + struct.pack(">II", xid, subxid)
+
+
+def in_stream(xid: int, message: bytes) -> bytes:
+    """``message`` as sent inside a stream block: the (sub)transaction xid after its type."""
+    return message[:1] + struct.pack(">I", xid) + message[1:]
+
+
 def origin(lsn: int, name: str) -> bytes:
     return b"O" + struct.pack(">Q", lsn) + _cstr(name)
 
