@@ -34,11 +34,11 @@ from tqdm import tqdm
 
 from replicator.events.model import SourcePosition
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.position import BinlogPoint, BinlogPosition
 from replicator.sources.mysql.snapshot import (
     SnapshotState,
     SnapTable,
     describe_tables,
-    is_snapshot_parts,
     open_consistent_snapshot,
     snap_table,
 )
@@ -53,7 +53,7 @@ from replicator.verify.sides import EngineProgress
 
 log = logging.getLogger(__name__)
 
-Point = tuple[str, int]  # (binlog file, offset)
+Point = BinlogPoint  # (binlog file, offset): where a transaction starts
 
 
 @dataclass
@@ -101,7 +101,7 @@ class MySQLSide:
         self.reader_id = 0x7F000000 + (os.getpid() & 0xFFFF) * 8 + (server_id & 7)
         self.state_dir = state_dir
         self.zero_dates = zero_dates
-        self.point: Point = ("", 0)
+        self.point = BinlogPoint("", 0)
         self._aux: pymysql.Connection[Any] | None = None
         self._snap: pymysql.Connection[Any] | None = None
 
@@ -111,7 +111,7 @@ class MySQLSide:
         self._aux = setup.connect(self.params, database=db)
         server = setup.check_server(self._aux, source_server_id=self.server_id)
         self._snap = setup.connect(self.params, database=db)
-        self.point = open_consistent_snapshot(self._snap, server.is_mariadb)
+        self.point = BinlogPoint(*open_consistent_snapshot(self._snap, server.is_mariadb))
         log.info("source snapshot at %s", self.point_label())
 
     def close(self) -> None:
@@ -121,7 +121,7 @@ class MySQLSide:
         self._snap = self._aux = None
 
     def point_label(self) -> str:
-        return f"binlog {self.point[0]}:{self.point[1]}"
+        return f"binlog {self.point}"
 
     def snapshot_how(self) -> str:
         return (
@@ -130,7 +130,7 @@ class MySQLSide:
         )
 
     def past(self, position: SourcePosition) -> bool:
-        return (str(position.parts[0]), int(position.parts[1])) >= self.point
+        return BinlogPosition.of(position).point >= self.point
 
     @property
     def snap(self) -> pymysql.Connection[Any]:
@@ -243,8 +243,8 @@ class MySQLSide:
             server_id=self.reader_id,
             resume_stream=True,
             blocking=False,  # the server sends what it has, then EOF
-            log_file=start[0],
-            log_pos=start[1],
+            log_file=start.file,
+            log_pos=start.pos,
             only_events=[
                 GtidEvent,
                 MariadbGtidEvent,
@@ -258,7 +258,7 @@ class MySQLSide:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
-        file, begin = start[0], None
+        file, begin = start.file, None
         try:
             while (ev := reader.fetchone()) is not None:
                 t, pkt = type(ev), ev.packet
@@ -272,11 +272,12 @@ class MySQLSide:
                     begin = here if begin is None else begin
                 elif t is XidEvent or t is QueryEvent:  # COMMIT, or a DDL statement
                     begin = None
-                if (file, begin if begin is not None else here) >= stop:
+                where = BinlogPoint(file, begin if begin is not None else here)
+                if where >= stop:
                     return
                 if t in rows_events and f"{ev.schema}.{ev.table}" in tables:
                     yield (
-                        (file, begin if begin is not None else here),
+                        where,
                         f"{ev.schema}.{ev.table}",
                         ev,
                     )
@@ -286,7 +287,7 @@ class MySQLSide:
             reader.close()
 
     def _binlog_end(self) -> Point:
-        return setup.master_status(self.aux)
+        return BinlogPoint(*setup.master_status(self.aux))
 
     def changed_keys(
         self, limits: Sequence[tuple[MySQLTable, RowCodec, SourcePosition]]
@@ -295,7 +296,7 @@ class MySQLSide:
         table's limit (the position of the Iceberg snapshot it is compared with), read from
         the binlog."""
         wanted = {
-            t.name: (_KeyReader(t, codec), (str(p.parts[0]), int(p.parts[1])))
+            t.name: (_KeyReader(t, codec), BinlogPosition.of(p).point)
             for t, codec, p in limits
             if self.past(p)
         }
@@ -303,7 +304,7 @@ class MySQLSide:
             return {}
         last = max(limit for _, limit in wanted.values())
         out: dict[str, set[tuple[Any, ...]] | None] = {name: set() for name in wanted}
-        for where, table, ev in self._binlog_rows(self.point, (last[0], last[1] + 1), set(wanted)):
+        for where, table, ev in self._binlog_rows(self.point, BinlogPoint(last.file, last.pos + 1), set(wanted)):
             reader, limit = wanted[table]
             keys = out[table]
             if where <= limit and keys is not None:
@@ -342,7 +343,9 @@ class MySQLSide:
         state = SnapshotState.load(self.state_dir / f"mysql-{self.server_id}.snapshot.json")
         done = state.done_tables() if state is not None else set()
         # (Rows of an incremental snapshot are negative too, but stand at their binlog point.)
-        unfinished = sorted(t for t, p in ours.items() if is_snapshot_parts(p.parts) and t not in done)
+        unfinished = sorted(
+            t for t, p in ours.items() if BinlogPosition.of(p).is_snapshot and t not in done
+        )
         if unfinished:
             return EngineProgress(
                 False, f"the engine's initial snapshot of {', '.join(unfinished)} may be "
@@ -352,10 +355,8 @@ class MySQLSide:
             return EngineProgress(True, "every table's committed position is at or past it")
         # Full positions: a snapshot row (negative index) sorts below every row of the
         # transaction starting at its point, which that snapshot does not hold.
-        committed = {
-            t: (str(p.parts[0]), int(p.parts[1]), int(p.parts[2])) for t, p in ours.items()
-        }
-        start = min((c[:2] for c in committed.values()), default=None)
+        committed = {t: BinlogPosition.of(p) for t, p in ours.items()}
+        start = min((c.point for c in committed.values()), default=None)
         acked = self._acknowledged()
         if start is None or len(committed) < len(positions):
             start = None if acked is None else acked  # a table with no commit: from the ack
@@ -364,14 +365,14 @@ class MySQLSide:
         if start is None:
             return EngineProgress(False, "the engine has committed nothing to some table yet")
         for where, table, _ in self._binlog_rows(start, self.point, set(positions)):
-            if table not in committed or (*where, 0) > committed[table]:
+            if table not in committed or BinlogPosition(*where, 0) > committed[table]:
                 return EngineProgress(
-                    False, f"{table} has a change at {where[0]}:{where[1]} that the engine has "
-                    "not committed yet", f"{start[0]}:{start[1]}",
+                    False, f"{table} has a change at {where} that the engine has "
+                    "not committed yet", str(start),
                 )  # fmt: skip
         return EngineProgress(
-            True, f"the binlog from {start[0]}:{start[1]} to the snapshot holds no change the "
-            "engine has not committed", f"{start[0]}:{start[1]}",
+            True, f"the binlog from {start} to the snapshot holds no change the "
+            "engine has not committed", str(start),
         )  # fmt: skip
 
     def _acknowledged(self) -> Point | None:
@@ -379,7 +380,7 @@ class MySQLSide:
             raw = json.loads((self.state_dir / f"mysql-{self.server_id}.offsets.json").read_text())[
                 "acked"
             ]
-            return str(raw[0]), int(raw[1])
+            return BinlogPosition.from_parts(raw).point
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 

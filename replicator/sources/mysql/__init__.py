@@ -7,7 +7,7 @@ say about columns), ``snapshot`` (consistent initial snapshot and its resume sta
 mysql-replication), ``source`` (``MySQLSource``: start/resume planning, poll, acknowledge).
 """
 
+from replicator.sources.mysql.emit import SourceStats
 from replicator.sources.mysql.source import MySQLSource
-from replicator.sources.mysql.stream import SourceStats
 
 __all__ = ["MySQLSource", "SourceStats"]

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -35,12 +34,12 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from replicator.errors import BadInputError, SchemaChangeError, TerminalError
-from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.errors import SchemaChangeError, TerminalError
+from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
-from replicator.sources.common.events import BadKey, event_maker
-from replicator.sources.common.stats import CommonSourceStats
+from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -54,7 +53,6 @@ from replicator.sources.mysql.types import (
 log = logging.getLogger(__name__)
 compat.install()
 
-Parts = tuple[str, int, int]
 ROW_SHIFT = 32
 _ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 _EVENTS = [
@@ -69,14 +67,6 @@ _EVENTS = [
     DeleteRowsEvent,
 ]
 _MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
-
-
-make_event = event_maker("mysql")
-
-
-@dataclass
-class SourceStats(CommonSourceStats):
-    transactions: int = 0
 
 
 @dataclass
@@ -442,6 +432,14 @@ class BinlogStream:
             if fast is not None:
                 yield from self._decoded(ev, fast, rel, tx, base, threshold)
                 return
+        yield from self._library_rows(ev, rel, tx, base, threshold)
+
+    def _library_rows(
+        self, ev: Any, rel: _Rel, tx: _Tx, base: int, threshold: tuple[Any, ...]
+    ) -> Iterator[ChangeEvent]:
+        """``_rows`` for an event the fast decoder left to the library: converted row by
+        row; a row that does not convert is a bad change or a dead letter."""
+        table = rel.table
         try:
             rows = ev.rows
         except Exception as exc:  # library decoding failed: the row boundaries are lost
@@ -588,28 +586,3 @@ class BinlogStream:
         exc: ValueConversionError,
     ) -> None:
         dead_letter(self.dead_letters, self.stats, table, schema, values, parts, exc)
-
-
-def dead_letter(
-    sink: DeadLetterSink,
-    stats: SourceStats,
-    table: str,
-    schema: TableSchema | None,
-    values: Mapping[str, Any],
-    parts: Parts,
-    exc: ValueConversionError,
-) -> None:
-    """A row that cannot be converted: dead-lettered with table, key and position."""
-    key = None if schema is None else {k: values.get(k) for k in schema.key_columns}
-    pos = SourcePosition(source="mysql", parts=parts)
-    err = BadInputError(str(exc), table=table, key=key, position=pos)
-    stats.dead_letters += 1
-    log.warning("dead letter: %s", err)
-    raw = orjson.dumps(
-        {
-            k: v if isinstance(v, str | int | float | bool) or v is None else repr(v)
-            for k, v in values.items()
-        },
-        default=repr,
-    ).decode()
-    sink.put(DeadLetter(reason=err.message, table=table, key=key, position=str(pos), raw=raw))
