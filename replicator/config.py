@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -40,14 +41,11 @@ class ColumnRules(_Strict):
         return self
 
 
-class SourceConfig(_Strict):
-    type: Literal["debezium-json", "postgres", "mysql"]
-    path: Path | None = Field(None, description="debezium-json: a .jsonl file or a folder of them")
-    dsn: str | None = Field(None, description="postgres/mysql connection string")
+class _SourceCommon(_Strict):
+    """Settings every source kind has (``source.type`` picks the kind and its own settings:
+    a setting of another kind is an error naming it)."""
+
     tables: tuple[str, ...] | None = Field(None, description="source tables to replicate (default: all)")
-    primary_keys: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict, description="key columns per source table, for input without keys"
-    )
     columns: dict[str, ColumnRules] = Field(
         default_factory=dict,
         description="per source table: columns to exclude or to hash (keys can be neither)",
@@ -56,45 +54,9 @@ class SourceConfig(_Strict):
         "REPLICATOR_HASH_KEY",
         description="environment variable holding the key of hashed columns (kept secret)",
     )
-    slot: str = "replicator"
-    publication: str = "replicator"
-    failover_slot: bool = Field(
-        False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
-        "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
-        "on a promoted standby; refused on older servers",
-    )
-    snapshot_copy: bool = Field(
-        True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
-        "(false: row by row through a server-side cursor)",
-    )
-    server_id: int = 4242
-    zero_dates: Literal["null", "dead-letter"] = Field(
-        "null",
-        description="mysql: a zero or invalid date ('0000-00-00', stored under a permissive "
-        "sql_mode) in a non-key column becomes NULL ('null'), or makes its row a bad change "
-        "('dead-letter': an insert is dead-lettered; an update or delete follows "
-        "errors.on_bad_change). In a key column it is always a bad change",
-    )
-    row_decoder: Literal["fast", "library"] = Field(
-        "fast",
-        description="mysql: 'fast' decodes binlog row images of the common column types "
-        "directly (other types and special values go the library way); 'library': "
-        "mysql-replication decodes every row (the reference path, slower)",
-    )
-    delivery: Literal["at-least-once", "exactly-once"] = Field(
-        "at-least-once",
-        description="debezium-json: how the records were delivered. Kafka (and Debezium "
-        "Server) deliver at least once, so inserts are applied as upserts; say exactly-once "
-        "only for input known to hold each change once (e.g. Kafka Connect exactly-once "
-        "source support)",
-    )
 
     @model_validator(mode="after")
-    def _needs_location(self) -> SourceConfig:
-        if self.type == "debezium-json" and self.path is None:
-            raise ValueError("source.path is required for source.type 'debezium-json'")
-        if self.type in ("postgres", "mysql") and not self.dsn:
-            raise ValueError(f"source.dsn is required for source.type '{self.type}'")
+    def _hash_key_set(self) -> _SourceCommon:
         hashed = sorted(t for t, r in self.columns.items() if r.hash)
         if hashed:
             key = os.environ.get(self.hash_key_env, "")
@@ -111,6 +73,98 @@ class SourceConfig(_Strict):
         if not any(r.hash for r in self.columns.values()):
             return None
         return os.environ[self.hash_key_env].encode()
+
+
+class DebeziumSourceConfig(_SourceCommon):
+    type: Literal["debezium-json"]
+    path: Path = Field(description="a .jsonl file or a folder of them")
+    primary_keys: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="key columns per source table, for input without keys"
+    )
+    delivery: Literal["at-least-once", "exactly-once"] = Field(
+        "at-least-once",
+        description="how the records were delivered. Kafka (and Debezium "
+        "Server) deliver at least once, so inserts are applied as upserts; say exactly-once "
+        "only for input known to hold each change once (e.g. Kafka Connect exactly-once "
+        "source support)",
+    )
+
+    @property
+    def location(self) -> str:
+        """Where the source reads, for logs (no secret in it)."""
+        return str(self.path)
+
+
+class _DatabaseSource(_SourceCommon):
+    """A database source: the key of each table comes from the table itself."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_primary_keys(cls, data: Any) -> Any:
+        # Sample configs of earlier versions (the README's among them) listed
+        # source.primary_keys under a database source, which never used it: still accepted,
+        # with a word in the log, so those files keep working.
+        if isinstance(data, dict) and "primary_keys" in data:
+            data = {k: v for k, v in data.items() if k != "primary_keys"}
+            logging.getLogger(__name__).warning(
+                "source.primary_keys is a setting of debezium-json sources: ignored for "
+                "source.type %r (a table's key comes from the table)", data.get("type"),
+            )
+        return data
+
+
+class PostgresSourceConfig(_DatabaseSource):
+    type: Literal["postgres"]
+    dsn: str = Field(min_length=1, description="connection string")
+    slot: str = "replicator"
+    publication: str = "replicator"
+    failover_slot: bool = Field(
+        False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
+        "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
+        "on a promoted standby; refused on older servers",
+    )
+    snapshot_copy: bool = Field(
+        True, description="read initial-snapshot chunks with COPY into Arrow columns "
+        "(false: row by row through a server-side cursor)",
+    )
+
+    @property
+    def location(self) -> str:
+        return redact_dsn(self.dsn)
+
+
+class MySQLSourceConfig(_DatabaseSource):
+    type: Literal["mysql"]
+    dsn: str = Field(min_length=1, description="connection string")
+    server_id: int = 4242
+    zero_dates: Literal["null", "dead-letter"] = Field(
+        "null",
+        description="a zero or invalid date ('0000-00-00', stored under a permissive "
+        "sql_mode) in a non-key column becomes NULL ('null'), or makes its row a bad change "
+        "('dead-letter': an insert is dead-lettered; an update or delete follows "
+        "errors.on_bad_change). In a key column it is always a bad change",
+    )
+    row_decoder: Literal["fast", "library"] = Field(
+        "fast",
+        description="'fast' decodes binlog row images of the common column types "
+        "directly (other types and special values go the library way); 'library': "
+        "mysql-replication decodes every row (the reference path, slower)",
+    )
+
+    @property
+    def location(self) -> str:
+        return redact_dsn(self.dsn)
+
+
+# ``source``: one model per ``source.type`` (each forbids the others' settings).
+SOURCE_KINDS: dict[str, type[_SourceCommon]] = {
+    "debezium-json": DebeziumSourceConfig,
+    "postgres": PostgresSourceConfig,
+    "mysql": MySQLSourceConfig,
+}
+SourceConfig = Annotated[
+    DebeziumSourceConfig | PostgresSourceConfig | MySQLSourceConfig, Field(discriminator="type")
+]
 
 
 _PARTITION_FIELD = re.compile(r"^\s*(?:(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([^(),\s]+)\s*\)|([^(),\s]+))\s*$")
@@ -511,17 +565,39 @@ def load_config(path: Path) -> RunConfig:
     except ValidationError as exc:
         lines = [f"config file {path} is invalid:"]
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {err['msg']}")
+            lines.append(f"  {_error_line(err, raw)}")
         raise ConfigError("\n".join(lines)) from None
     register_secrets(cfg)
     return cfg
 
 
+def _error_line(err: Any, raw: Any) -> str:
+    """One validation error for people: the key as written (``source.server_id``, not the
+    union branch pydantic names) and, under ``source``, which kind of source it is about."""
+    loc = tuple(str(p) for p in err["loc"])
+    msg = err["msg"]
+    if loc[:1] == ("source",) and len(loc) >= 2 and loc[1] in SOURCE_KINDS:
+        kind, loc = loc[1], ("source", *loc[2:])
+        key = ".".join(loc)
+        known = ", ".join(sorted(n for n in SOURCE_KINDS[kind].model_fields if n != "type"))
+        if err["type"] == "extra_forbidden" and len(loc) == 2:
+            return f"{key}: not a setting of source.type '{kind}' (its settings: {known})"
+        if err["type"] == "missing" and len(loc) == 2:
+            return f"{key} is required for source.type '{kind}'"
+        return f"{key} (source.type '{kind}'): {msg}"
+    if loc == ("source",) and err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        kinds = ", ".join(repr(k) for k in SOURCE_KINDS)
+        got = raw.get("source", {}).get("type") if isinstance(raw.get("source"), dict) else None
+        said = "is missing" if got is None else f"is {got!r}"
+        return f"source.type {said}: one of {kinds}"
+    return f"{'.'.join(loc) or '(top level)'}: {msg}"
+
+
 def register_secrets(cfg: RunConfig) -> None:
     """Tell the scrubber every secret this config holds (see replicator.secrets)."""
     secrets.register(secrets.secrets_in(cfg.iceberg.catalog_properties))
-    secrets.register(secrets.secrets_in_text(cfg.source.dsn or ""))
+    if cfg.source.type != "debezium-json":
+        secrets.register(secrets.secrets_in_text(cfg.source.dsn))
 
 
 # `${NAME}` takes the value of environment variable NAME; `$${` is a literal `${`.
