@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from replicator.events.model import SourcePosition
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.framing import TxStarts
 from replicator.sources.mysql.position import BinlogPoint, BinlogPosition
 from replicator.sources.mysql.snapshot import (
     SnapshotState,
@@ -48,7 +49,13 @@ from replicator.sources.mysql.types import (
     ValueConversionError,
     quote_ident,
 )
-from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
+from replicator.verify.digest import (
+    RowCodec,
+    RowEncoder,
+    RowRecord,
+    SourceRanges,
+    scan_ranges,
+)
 from replicator.verify.sides import EngineProgress
 
 log = logging.getLogger(__name__)
@@ -198,18 +205,8 @@ class MySQLSide:
         self, table: MySQLTable, codec: RowCodec, chunk_rows: int, bar: tqdm[Any] | None = None
     ) -> tuple[SourceRanges, int]:
         sql, params = self._select(table, codec, None, None)
-        ranges = SourceRanges(chunk_rows)
-        encode = _encoder(table, codec, self.zero_dates)
-        sort_key, key_idx = codec.sort_key, codec.key_idx
-        for rows in self._rows(sql, params, chunk_rows):
-            for raw in rows:
-                row = encode(raw)
-                key = tuple([row[i] for i in key_idx])
-                ranges.add(sort_key(key), row_hash(row), tuple([raw[i] for i in key_idx]))
-            if bar is not None:
-                bar.update(len(rows))
-        ranges.finish()
-        return ranges, encode.unconvertible
+        batches = self._rows(sql, params, chunk_rows)
+        return scan_ranges(batches, _encoder(table, codec, self.zero_dates), codec, chunk_rows, bar)
 
     def fetch_range(
         self, table: MySQLTable, codec: RowCodec, lo: Sequence[Any] | None,
@@ -258,21 +255,14 @@ class MySQLSide:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
-        file, begin = start.file, None
+        file, starts = start.file, TxStarts()
         try:
             while (ev := reader.fetchone()) is not None:
-                t, pkt = type(ev), ev.packet
+                t = type(ev)
                 if t is RotateEvent:
                     file = ev.next_binlog
                     continue
-                here = pkt.log_pos - pkt.event_size
-                if t is GtidEvent or t is MariadbGtidEvent:
-                    begin = here
-                elif t is QueryEvent and ev.query.strip()[:5].upper() == "BEGIN":
-                    begin = here if begin is None else begin
-                elif t is XidEvent or t is QueryEvent:  # COMMIT, or a DDL statement
-                    begin = None
-                where = BinlogPoint(file, begin if begin is not None else here)
+                where = BinlogPoint(file, starts.see(ev))  # the stream's framing
                 if where >= stop:
                     return
                 if t in rows_events and f"{ev.schema}.{ev.table}" in tables:
@@ -282,7 +272,7 @@ class MySQLSide:
                         ev,
                     )
         except pymysql.err.MySQLError as exc:
-            setup.raise_replication_error(exc, f"{file}:{begin}")
+            setup.raise_replication_error(exc, f"{file}:{starts.begin}")
         finally:
             reader.close()
 

@@ -53,7 +53,13 @@ from replicator.sources.postgres.types import (
     ValueConversionError,
     catalog_lookup,
 )
-from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
+from replicator.verify.digest import (
+    RowCodec,
+    RowEncoder,
+    RowRecord,
+    SourceRanges,
+    scan_ranges,
+)
 from replicator.verify.model import DiffError, lsn_str
 from replicator.verify.sides import EngineProgress
 
@@ -297,19 +303,8 @@ class PostgresSide:
         """Range digests of the whole table in key order. Returns (ranges, rows the engine
         cannot represent)."""
         sql, params = self._select(table, codec, None, None)
-        ranges = SourceRanges(chunk_rows)
-        encode = _encoder(table, codec)
-        sort_key = codec.sort_key_fn()
-        key_idx = codec.key_idx
-        for rows in self._rows(sql, params, chunk_rows):
-            for raw in rows:
-                row = encode(raw)
-                key = tuple([row[i] for i in key_idx])
-                ranges.add(sort_key(key), row_hash(row), tuple([raw[i] for i in key_idx]))
-            if bar is not None:
-                bar.update(len(rows))
-        ranges.finish()
-        return ranges, encode.unconvertible
+        batches = self._rows(sql, params, chunk_rows)
+        return scan_ranges(batches, _encoder(table, codec), codec, chunk_rows, bar)
 
     def fetch_range(
         self, table: SourceTable, codec: RowCodec, lo: Sequence[Any] | None,

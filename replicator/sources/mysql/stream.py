@@ -40,6 +40,12 @@ from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
+from replicator.sources.mysql.framing import (
+    event_offset,
+    is_begin,
+    is_commit,
+    opens_explicit_group,
+)
 from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -66,7 +72,6 @@ _EVENTS = [
     UpdateRowsEvent,
     DeleteRowsEvent,
 ]
-_MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
 
 
 @dataclass
@@ -227,10 +232,8 @@ class BinlogStream:
         elif t is MariadbGtidEvent or t is GtidEvent:
             if self._tx is not None:  # an unterminated group (should not happen): close it
                 yield from self._end_tx(None)
-            begin = pkt.log_pos - pkt.event_size
-            standalone = t is MariadbGtidEvent and bool(ev.flags & _MARIADB_FL_STANDALONE)
             self._tx = _Tx(
-                self._file, begin, str(ev.gtid), explicit=t is MariadbGtidEvent and not standalone
+                self._file, event_offset(ev), str(ev.gtid), explicit=opens_explicit_group(ev)
             )
         elif t is QueryEvent:
             yield from self._query(ev)
@@ -244,19 +247,17 @@ class BinlogStream:
 
     def _query(self, ev: QueryEvent) -> Iterator[ChangeEvent]:
         pkt = ev.packet
-        q = ev.query.strip()
-        word = q[:8].upper()
-        if word.startswith("BEGIN"):
+        if is_begin(ev.query):
             if self._tx is None:  # no GTID event: the transaction starts here
-                begin = pkt.log_pos - pkt.event_size
+                begin = event_offset(ev)
                 self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=True)
             else:
                 self._tx.explicit = True
             return
-        if word.startswith("COMMIT"):
+        if is_commit(ev.query):
             yield from self._end_tx(pkt.log_pos)
             return
-        begin = self._tx.begin if self._tx is not None else pkt.log_pos - pkt.event_size
+        begin = self._tx.begin if self._tx is not None else event_offset(ev)
         at = (self._file, begin, 0)
         for table in self._ddl(ev, at):
             yield from self._truncate(table, at, ev.timestamp * 1000)
@@ -413,7 +414,7 @@ class BinlogStream:
     def _rows(self, ev: Any) -> Iterator[ChangeEvent]:
         tx = self._tx
         if tx is None:  # a rows event outside a transaction (should not happen): its own one
-            begin = ev.packet.log_pos - ev.packet.event_size
+            begin = event_offset(ev)
             tx = self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=False)
         ordinal = tx.rows_events
         tx.rows_events += 1
