@@ -13,7 +13,7 @@ from replicator.sources.mysql.framing import TxStarts
 
 
 def _ev(cls: type, at: int, **attrs: Any) -> Any:
-    ev = object.__new__(cls)
+    ev: Any = object.__new__(cls)
     ev.__dict__.update(packet=SimpleNamespace(log_pos=at + 10, event_size=10), **attrs)
     return ev
 
