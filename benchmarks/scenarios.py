@@ -32,7 +32,14 @@ from benchmarks.harness import EngineSession, Phase
 from benchmarks.lagwriter import lag_workload
 from benchmarks.procs import postmaster_pid
 from benchmarks.readcost import read_cost
-from replicator.config import BatchConfig, IcebergConfig, RunConfig, SourceConfig
+from replicator.config import (
+    BatchConfig,
+    IcebergConfig,
+    MySQLSourceConfig,
+    PostgresSourceConfig,
+    RunConfig,
+    SourceConfig,
+)
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import SourcePosition
 from replicator.iceberg.tables import iceberg_table_name
@@ -260,7 +267,7 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     for label, b in variants:
         slot = ("eng_metrics" if label == METRICS_VARIANT else "eng_rowwise" if label == ROWWISE_VARIANT
                 else "eng_default" if b is None else f"eng_b{b}")  # fmt: skip
-        src = SourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION,
+        src = PostgresSourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION,
                            snapshot_copy=label != ROWWISE_VARIANT)  # fmt: skip
         sessions.append(EngineSession(
             engine_config(d / slot, src, b), ctx.spark, poll_max=b,
@@ -422,7 +429,7 @@ def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
     res.setup_seconds = time.perf_counter() - t0
     ctx.log(f"  mariadb/{w.name}: {w.initial_rows:,} initial rows in {res.setup_seconds:.1f}s")
     source_tables = [f"{w.name}.{t.name}" for t in w.tables]
-    src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=w.name), tables=tuple(source_tables),
+    src = MySQLSourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=w.name), tables=tuple(source_tables),
                        server_id=ctx.server_id(), row_decoder=ctx.mysql_row_decoder)  # fmt: skip
     sess = EngineSession(engine_config(d / "engine", src), ctx.spark, memory_roots=ctx.memory_roots,
                          probe_path=ctx.probe_path)  # fmt: skip
@@ -501,14 +508,16 @@ def lag_scenario(ctx: Context, kind: str, setting: dict[str, Any] | None = None)
         dsn = ctx.pg.dsn_for(db)
         with psycopg.connect(dsn, autocommit=True) as conn:
             W.PgApplier(conn, w).create()
-        src = SourceConfig(type="postgres", dsn=dsn, slot=f"eng_{db}", publication=PUBLICATION)
+        src: SourceConfig = PostgresSourceConfig(
+            type="postgres", dsn=dsn, slot=f"eng_{db}", publication=PUBLICATION
+        )
         writer_dsn = dsn
     else:
         ctx.mdb.execute(f"CREATE DATABASE `{db}`")
         conn = ctx.mdb.connect(db=db)
         W.MySQLApplier(conn, w).create()
         conn.close()
-        src = SourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=db),
+        src = MySQLSourceConfig(type="mysql", dsn=ctx.mdb.dsn_for(dbname=db),
                            tables=tuple(f"{db}.{t.name}" for t in w.tables),
                            server_id=ctx.server_id(), row_decoder=ctx.mysql_row_decoder)  # fmt: skip
         writer_dsn = ctx.mdb.dsn_for("root", "", dbname=db)

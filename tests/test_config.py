@@ -275,7 +275,7 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
      "source.primary.dsn is not a PostgreSQL connection string"),
     ('{type: postgres, dsn: "host=s", primary: {dsn: ""}}', "source.primary.dsn"),
     ('{type: postgres, dsn: "host=s", primary: {host: p}}', "source.primary.host"),
-    ('{type: mysql, dsn: "mysql://u@h/d", primary: {dsn: "host=p"}}', "source.primary is for source.type 'postgres'"),
+    ('{type: mysql, dsn: "mysql://u@h/d", primary: {dsn: "host=p"}}', "source.primary: not a setting of source.type 'mysql'"),
 ])  # fmt: skip
 def test_source_primary_errors_are_named(tmp_path: Path, source: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
@@ -295,3 +295,53 @@ def test_postgres_streaming_choice(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(_write(tmp_path, "source: {type: postgres, dsn: x, streaming: always}\n" + body))
     assert "source.streaming" in str(exc.value) and "'auto', 'on' or 'off'" in str(exc.value)
+def _source_error(tmp_path: Path, source: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, f"source: {source}\niceberg: {{catalog_uri: \"sqlite:///c.db\", warehouse: wh}}\n"))
+    return str(exc.value)
+
+
+def test_a_setting_of_another_source_kind_is_named_with_the_kind(tmp_path: Path) -> None:
+    err = _source_error(tmp_path, "{type: postgres, dsn: x, server_id: 7}")
+    assert "source.server_id: not a setting of source.type 'postgres'" in err
+    assert "slot" in err and "publication" in err  # its own settings are listed
+    err = _source_error(tmp_path, "{type: mysql, dsn: x, slot: s}")
+    assert "source.slot: not a setting of source.type 'mysql'" in err
+    err = _source_error(tmp_path, "{type: debezium-json, path: in, dsn: x}")
+    assert "source.dsn: not a setting of source.type 'debezium-json'" in err
+    assert "source.path is required for source.type 'debezium-json'" in _source_error(
+        tmp_path, "{type: debezium-json}"
+    )
+    err = _source_error(tmp_path, "{type: mysql, dsn: x, zero_dates: maybe}")
+    assert "source.zero_dates (source.type 'mysql'):" in err
+
+
+def test_source_type_missing_or_unknown(tmp_path: Path) -> None:
+    err = _source_error(tmp_path, "{dsn: x}")
+    assert "source.type is missing: one of 'debezium-json', 'postgres', 'mysql'" in err
+    err = _source_error(tmp_path, "{type: oracle, dsn: x}")
+    assert "source.type is 'oracle': one of 'debezium-json', 'postgres', 'mysql'" in err
+
+
+def test_readme_config_and_earlier_samples_still_load(tmp_path: Path) -> None:
+    """The README's sample (and the earlier one, with primary_keys under a postgres source,
+    a key that source never used: ignored with a warning) keep loading."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("```yaml\nsource:\n", 1)[1].split("```", 1)[0]
+    cfg = load_config(_write(tmp_path, "source:\n" + block))
+    assert cfg.source.type == "postgres" and cfg.source.tables == ("inventory.orders",)
+    cfg = load_config(_write(tmp_path, """
+source:
+  type: postgres
+  dsn: "host=db dbname=shop"
+  tables: [inventory.orders]
+  primary_keys:
+    inventory.orders: [order_id]
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+    assert cfg.source.type == "postgres" and cfg.source.slot == "replicator"
+    cfg = load_config(_write(tmp_path, """
+source: {type: mysql, dsn: "mysql://u@h/db", server_id: 9, zero_dates: dead-letter}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+"""))
+    assert cfg.source.type == "mysql" and cfg.source.server_id == 9

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replicator.checkpoint import Checkpoints, read_checkpoint
 from replicator.config import RunConfig
@@ -10,6 +10,9 @@ from replicator.errors import ReplicatorError
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY
 from replicator.pipeline.retained import format_bytes
 from replicator.sources.base import LogPosition, RetainedLog, behind_bytes, caught_up
+
+if TYPE_CHECKING:  # the mysql package loads its driver: imported where a mysql source is
+    from replicator.sources.mysql.position import BinlogPoint
 
 
 def committed_checkpoints(catalog: Any, namespace: str) -> Checkpoints:
@@ -23,13 +26,15 @@ def committed_checkpoints(catalog: Any, namespace: str) -> Checkpoints:
     return Checkpoints(found)
 
 
-def _mysql_committed(checkpoints: Checkpoints) -> tuple[str, int] | None:
+def _mysql_committed(checkpoints: Checkpoints) -> BinlogPoint | None:
     """Where a restart resumes: the acknowledged position, else the oldest table's."""
+    from replicator.sources.mysql.position import MYSQL, BinlogPosition
+
     at = checkpoints.acknowledged
-    positions = [p for p in checkpoints.positions().values() if p.source == "mysql"]
+    positions = [p for p in checkpoints.positions().values() if p.source == MYSQL]
     if at is None and positions:
         at = min(positions)
-    return (str(at.parts[0]), int(at.parts[1])) if at is not None and at.source == "mysql" else None
+    return BinlogPosition.of(at).point if at is not None and at.source == MYSQL else None
 
 
 def source_positions(cfg: RunConfig, checkpoints: Checkpoints) -> tuple[LogPosition, LogPosition | None] | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
-from replicator.config import RunConfig, SourceConfig, redact_dsn
+from replicator.config import RunConfig, SourceConfig
 from replicator.errors import TerminalError
 from replicator.events.columns import ColumnPolicy, TableColumnRules
 from replicator.events.deadletter import DeadLetterSink
@@ -295,7 +295,7 @@ class Replicator:
 
     def run(self, *, until_idle: bool = False, max_batches: int | None = None) -> RunSummary:
         start = time.monotonic()
-        where = self.cfg.source.path or redact_dsn(self.cfg.source.dsn or "")
+        where = self.cfg.source.location
         log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
         with state_lock(self.cfg.state_dir):
             self._load_checkpoints()

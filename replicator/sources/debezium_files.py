@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -52,6 +52,24 @@ from replicator.sources.base import ChangeSource
 log = logging.getLogger(__name__)
 
 POSITION_SOURCE = "file"
+
+
+class FilePosition(NamedTuple):
+    """Where a Debezium record sits in the input: ``SourcePosition("file", (file, line))``
+    (a named tuple: serialized as the bare tuple was). Files are read in name order."""
+
+    file: str
+    line: int
+
+    @classmethod
+    def of(cls, position: SourcePosition) -> FilePosition | None:
+        """The file position ``position`` carries; None when it is not one."""
+        if position.source != POSITION_SOURCE or len(position.parts) != 2:
+            return None
+        name, line = position.parts
+        if not isinstance(name, str) or not isinstance(line, int):
+            return None
+        return cls(name, line)
 _WHITESPACE = frozenset(b" \t\r\n")
 
 
@@ -157,16 +175,17 @@ class DebeziumFileSource(ChangeSource):
 
     def _resume_position(self, checkpoints: Checkpoints) -> tuple[str, int] | None:
         for table, pos in checkpoints.positions().items():
-            if pos.source != POSITION_SOURCE or len(pos.parts) != 2:
+            at = FilePosition.of(pos)
+            if at is None:
                 raise TerminalError(
                     f"committed position {pos} is not a debezium-json file position",
                     table=table,
                     hint="the table was replicated from another source; use a new state "
                     "directory or Iceberg table",
                 )
-            if self.path.is_file() and pos.parts[0] != self.path.name:
+            if self.path.is_file() and at.file != self.path.name:
                 raise TerminalError(
-                    f"the committed position is in file {pos.parts[0]!r} but the input is the "
+                    f"the committed position is in file {at.file!r} but the input is the "
                     f"single file {self.path.name!r}",
                     table=table,
                     hint="point source.path at the folder holding both, or restore the file name",
@@ -174,10 +193,10 @@ class DebeziumFileSource(ChangeSource):
         acked = checkpoints.acknowledged
         if acked is None:
             return None  # read from the beginning; tables drop what they already hold
-        name, line = acked.parts
-        if not isinstance(name, str) or not isinstance(line, int):
+        at = FilePosition.of(acked)
+        if at is None:
             raise TerminalError(f"malformed file position {acked}")
-        return name, line
+        return at
 
     def _next_fencing_token(self) -> int:
         token = time.time_ns() // 1000

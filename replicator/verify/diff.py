@@ -95,7 +95,8 @@ def run_diff(
 
 def source_side(cfg: RunConfig) -> SourceSide:
     src = cfg.source
-    assert src.dsn is not None
+    if src.type == "debezium-json":
+        raise DiffError("diff needs a database source (source.type postgres or mysql)")
     if src.type == "postgres":
         from replicator.verify.postgres_side import PostgresSide
 

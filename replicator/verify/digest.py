@@ -393,6 +393,25 @@ class SourceRanges:
         return lo, hi
 
 
+def scan_ranges(
+    batches: Iterable[Sequence[Sequence[Any]]], encode: RowEncoder, codec: RowCodec,
+    chunk_rows: int, bar: Any = None,
+) -> tuple[SourceRanges, int]:  # fmt: skip
+    """A source side's scan: its rows in key order (batches of raw rows, codec column order)
+    -> range digests, and the rows the engine cannot represent. ``bar``: a tqdm bar or None."""
+    ranges = SourceRanges(chunk_rows)
+    sort_key, key_idx = codec.sort_key, codec.key_idx
+    for rows in batches:
+        for raw in rows:
+            row = encode(raw)
+            key = tuple([row[i] for i in key_idx])
+            ranges.add(sort_key(key), row_hash(row), tuple([raw[i] for i in key_idx]))
+        if bar is not None:
+            bar.update(len(rows))
+    ranges.finish()
+    return ranges, encode.unconvertible
+
+
 def bucket_of(bounds: Sequence[tuple[Any, ...]], sort_key: tuple[Any, ...]) -> int:
     """The range holding ``sort_key``: the first whose bound is >= it."""
     return bisect_left(bounds, sort_key)

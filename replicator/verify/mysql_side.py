@@ -34,11 +34,12 @@ from tqdm import tqdm
 
 from replicator.events.model import SourcePosition
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.framing import TxStarts
+from replicator.sources.mysql.position import BinlogPoint, BinlogPosition
 from replicator.sources.mysql.snapshot import (
     SnapshotState,
     SnapTable,
     describe_tables,
-    is_snapshot_parts,
     open_consistent_snapshot,
     snap_table,
 )
@@ -48,12 +49,18 @@ from replicator.sources.mysql.types import (
     ValueConversionError,
     quote_ident,
 )
-from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
+from replicator.verify.digest import (
+    RowCodec,
+    RowEncoder,
+    RowRecord,
+    SourceRanges,
+    scan_ranges,
+)
 from replicator.verify.sides import EngineProgress
 
 log = logging.getLogger(__name__)
 
-Point = tuple[str, int]  # (binlog file, offset)
+Point = BinlogPoint  # (binlog file, offset): where a transaction starts
 
 
 @dataclass
@@ -101,7 +108,7 @@ class MySQLSide:
         self.reader_id = 0x7F000000 + (os.getpid() & 0xFFFF) * 8 + (server_id & 7)
         self.state_dir = state_dir
         self.zero_dates = zero_dates
-        self.point: Point = ("", 0)
+        self.point = BinlogPoint("", 0)
         self._aux: pymysql.Connection[Any] | None = None
         self._snap: pymysql.Connection[Any] | None = None
 
@@ -111,7 +118,7 @@ class MySQLSide:
         self._aux = setup.connect(self.params, database=db)
         server = setup.check_server(self._aux, source_server_id=self.server_id)
         self._snap = setup.connect(self.params, database=db)
-        self.point = open_consistent_snapshot(self._snap, server.is_mariadb)
+        self.point = BinlogPoint(*open_consistent_snapshot(self._snap, server.is_mariadb))
         log.info("source snapshot at %s", self.point_label())
 
     def close(self) -> None:
@@ -121,7 +128,7 @@ class MySQLSide:
         self._snap = self._aux = None
 
     def point_label(self) -> str:
-        return f"binlog {self.point[0]}:{self.point[1]}"
+        return f"binlog {self.point}"
 
     def snapshot_how(self) -> str:
         return (
@@ -130,7 +137,7 @@ class MySQLSide:
         )
 
     def past(self, position: SourcePosition) -> bool:
-        return (str(position.parts[0]), int(position.parts[1])) >= self.point
+        return BinlogPosition.of(position).point >= self.point
 
     @property
     def snap(self) -> pymysql.Connection[Any]:
@@ -198,18 +205,8 @@ class MySQLSide:
         self, table: MySQLTable, codec: RowCodec, chunk_rows: int, bar: tqdm[Any] | None = None
     ) -> tuple[SourceRanges, int]:
         sql, params = self._select(table, codec, None, None)
-        ranges = SourceRanges(chunk_rows)
-        encode = _encoder(table, codec, self.zero_dates)
-        sort_key, key_idx = codec.sort_key, codec.key_idx
-        for rows in self._rows(sql, params, chunk_rows):
-            for raw in rows:
-                row = encode(raw)
-                key = tuple([row[i] for i in key_idx])
-                ranges.add(sort_key(key), row_hash(row), tuple([raw[i] for i in key_idx]))
-            if bar is not None:
-                bar.update(len(rows))
-        ranges.finish()
-        return ranges, encode.unconvertible
+        batches = self._rows(sql, params, chunk_rows)
+        return scan_ranges(batches, _encoder(table, codec, self.zero_dates), codec, chunk_rows, bar)
 
     def fetch_range(
         self, table: MySQLTable, codec: RowCodec, lo: Sequence[Any] | None,
@@ -243,8 +240,8 @@ class MySQLSide:
             server_id=self.reader_id,
             resume_stream=True,
             blocking=False,  # the server sends what it has, then EOF
-            log_file=start[0],
-            log_pos=start[1],
+            log_file=start.file,
+            log_pos=start.pos,
             only_events=[
                 GtidEvent,
                 MariadbGtidEvent,
@@ -258,35 +255,29 @@ class MySQLSide:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
-        file, begin = start[0], None
+        file, starts = start.file, TxStarts()
         try:
             while (ev := reader.fetchone()) is not None:
-                t, pkt = type(ev), ev.packet
+                t = type(ev)
                 if t is RotateEvent:
                     file = ev.next_binlog
                     continue
-                here = pkt.log_pos - pkt.event_size
-                if t is GtidEvent or t is MariadbGtidEvent:
-                    begin = here
-                elif t is QueryEvent and ev.query.strip()[:5].upper() == "BEGIN":
-                    begin = here if begin is None else begin
-                elif t is XidEvent or t is QueryEvent:  # COMMIT, or a DDL statement
-                    begin = None
-                if (file, begin if begin is not None else here) >= stop:
+                where = BinlogPoint(file, starts.see(ev))  # the stream's framing
+                if where >= stop:
                     return
                 if t in rows_events and f"{ev.schema}.{ev.table}" in tables:
                     yield (
-                        (file, begin if begin is not None else here),
+                        where,
                         f"{ev.schema}.{ev.table}",
                         ev,
                     )
         except pymysql.err.MySQLError as exc:
-            setup.raise_replication_error(exc, f"{file}:{begin}")
+            setup.raise_replication_error(exc, f"{file}:{starts.begin}")
         finally:
             reader.close()
 
     def _binlog_end(self) -> Point:
-        return setup.master_status(self.aux)
+        return BinlogPoint(*setup.master_status(self.aux))
 
     def changed_keys(
         self, limits: Sequence[tuple[MySQLTable, RowCodec, SourcePosition]]
@@ -295,7 +286,7 @@ class MySQLSide:
         table's limit (the position of the Iceberg snapshot it is compared with), read from
         the binlog."""
         wanted = {
-            t.name: (_KeyReader(t, codec), (str(p.parts[0]), int(p.parts[1])))
+            t.name: (_KeyReader(t, codec), BinlogPosition.of(p).point)
             for t, codec, p in limits
             if self.past(p)
         }
@@ -303,7 +294,7 @@ class MySQLSide:
             return {}
         last = max(limit for _, limit in wanted.values())
         out: dict[str, set[tuple[Any, ...]] | None] = {name: set() for name in wanted}
-        for where, table, ev in self._binlog_rows(self.point, (last[0], last[1] + 1), set(wanted)):
+        for where, table, ev in self._binlog_rows(self.point, BinlogPoint(last.file, last.pos + 1), set(wanted)):
             reader, limit = wanted[table]
             keys = out[table]
             if where <= limit and keys is not None:
@@ -342,7 +333,9 @@ class MySQLSide:
         state = SnapshotState.load(self.state_dir / f"mysql-{self.server_id}.snapshot.json")
         done = state.done_tables() if state is not None else set()
         # (Rows of an incremental snapshot are negative too, but stand at their binlog point.)
-        unfinished = sorted(t for t, p in ours.items() if is_snapshot_parts(p.parts) and t not in done)
+        unfinished = sorted(
+            t for t, p in ours.items() if BinlogPosition.of(p).is_snapshot and t not in done
+        )
         if unfinished:
             return EngineProgress(
                 False, f"the engine's initial snapshot of {', '.join(unfinished)} may be "
@@ -352,10 +345,8 @@ class MySQLSide:
             return EngineProgress(True, "every table's committed position is at or past it")
         # Full positions: a snapshot row (negative index) sorts below every row of the
         # transaction starting at its point, which that snapshot does not hold.
-        committed = {
-            t: (str(p.parts[0]), int(p.parts[1]), int(p.parts[2])) for t, p in ours.items()
-        }
-        start = min((c[:2] for c in committed.values()), default=None)
+        committed = {t: BinlogPosition.of(p) for t, p in ours.items()}
+        start = min((c.point for c in committed.values()), default=None)
         acked = self._acknowledged()
         if start is None or len(committed) < len(positions):
             start = None if acked is None else acked  # a table with no commit: from the ack
@@ -364,14 +355,14 @@ class MySQLSide:
         if start is None:
             return EngineProgress(False, "the engine has committed nothing to some table yet")
         for where, table, _ in self._binlog_rows(start, self.point, set(positions)):
-            if table not in committed or (*where, 0) > committed[table]:
+            if table not in committed or BinlogPosition(*where, 0) > committed[table]:
                 return EngineProgress(
-                    False, f"{table} has a change at {where[0]}:{where[1]} that the engine has "
-                    "not committed yet", f"{start[0]}:{start[1]}",
+                    False, f"{table} has a change at {where} that the engine has "
+                    "not committed yet", str(start),
                 )  # fmt: skip
         return EngineProgress(
-            True, f"the binlog from {start[0]}:{start[1]} to the snapshot holds no change the "
-            "engine has not committed", f"{start[0]}:{start[1]}",
+            True, f"the binlog from {start} to the snapshot holds no change the "
+            "engine has not committed", str(start),
         )  # fmt: skip
 
     def _acknowledged(self) -> Point | None:
@@ -379,7 +370,7 @@ class MySQLSide:
             raw = json.loads((self.state_dir / f"mysql-{self.server_id}.offsets.json").read_text())[
                 "acked"
             ]
-            return str(raw[0]), int(raw[1])
+            return BinlogPosition.from_parts(raw).point
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 

@@ -41,6 +41,7 @@ from replicator.config import redact_dsn
 from replicator.errors import ReplicatorError
 from replicator.events.model import SourcePosition
 from replicator.sources.postgres import pgoutput, setup
+from replicator.sources.postgres.position import POSTGRES, PgPosition
 from replicator.sources.postgres.replication import ReplicationConnection, session_conninfo
 from replicator.sources.postgres.snapshot import SnapshotState, table_columns, text_loaders
 from replicator.sources.postgres.types import (
@@ -52,7 +53,13 @@ from replicator.sources.postgres.types import (
     ValueConversionError,
     catalog_lookup,
 )
-from replicator.verify.digest import RowCodec, RowEncoder, RowRecord, SourceRanges, row_hash
+from replicator.verify.digest import (
+    RowCodec,
+    RowEncoder,
+    RowRecord,
+    SourceRanges,
+    scan_ranges,
+)
 from replicator.verify.model import DiffError, lsn_str
 from replicator.verify.sides import EngineProgress
 
@@ -189,7 +196,7 @@ class PostgresSide:
         )
 
     def past(self, position: SourcePosition) -> bool:
-        return int(position.parts[0]) >= self.lsn
+        return PgPosition.of(position).lsn >= self.lsn
 
     def close(self) -> None:
         if self._repl is not None:
@@ -299,19 +306,8 @@ class PostgresSide:
         """Range digests of the whole table in key order. Returns (ranges, rows the engine
         cannot represent)."""
         sql, params = self._select(table, codec, None, None)
-        ranges = SourceRanges(chunk_rows)
-        encode = _encoder(table, codec)
-        sort_key = codec.sort_key_fn()
-        key_idx = codec.key_idx
-        for rows in self._rows(sql, params, chunk_rows):
-            for raw in rows:
-                row = encode(raw)
-                key = tuple([row[i] for i in key_idx])
-                ranges.add(sort_key(key), row_hash(row), tuple([raw[i] for i in key_idx]))
-            if bar is not None:
-                bar.update(len(rows))
-        ranges.finish()
-        return ranges, encode.unconvertible
+        batches = self._rows(sql, params, chunk_rows)
+        return scan_ranges(batches, _encoder(table, codec), codec, chunk_rows, bar)
 
     def fetch_range(
         self, table: SourceTable, codec: RowCodec, lo: Sequence[Any] | None,
@@ -336,7 +332,7 @@ class PostgresSide:
         the engine's publication (so exactly the changes the engine sees). A peek from the
         slot's owning session, bounded by ``upto_lsn``: nothing is consumed.
         """
-        wanted = {t.name: (t, codec, int(p.parts[0])) for t, codec, p in limits if self.past(p)}
+        wanted = {t.name: (t, codec, PgPosition.of(p).lsn) for t, codec, p in limits if self.past(p)}
         if not wanted:
             return {}
         if self._repl is None:
@@ -391,7 +387,9 @@ class PostgresSide:
         publication before it.
         """
         lsn = self.lsn
-        pg = {t: p for t, p in positions.items() if p is not None and p.source == "postgres"}
+        pg = {
+            t: PgPosition.of(p) for t, p in positions.items() if p is not None and p.source == POSTGRES
+        }
         row = self.aux.execute(
             "SELECT active, (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
             "WHERE slot_name = %s AND database = current_database()",
@@ -399,14 +397,14 @@ class PostgresSide:
         ).fetchone()
         active, confirmed = (bool(row[0]), int(row[1] or 0)) if row is not None else (False, 0)
         if row is not None:
-            in_snapshot = sorted(t for t, p in pg.items() if int(p.parts[0]) == confirmed - 1)
+            in_snapshot = sorted(t for t, p in pg.items() if p.lsn == confirmed - 1)
             if in_snapshot and not self._snapshot_complete(confirmed):
                 return EngineProgress(
                     False, f"the engine's initial snapshot of {', '.join(in_snapshot)} may be "
                     "unfinished (let the engine run until idle)", lsn_str(confirmed),
                 )  # fmt: skip
         every_table = positions and len(pg) == len(positions)
-        if every_table and all(int(p.parts[0]) >= lsn for p in pg.values()):
+        if every_table and all(p.lsn >= lsn for p in pg.values()):
             return EngineProgress(True, "every table's committed position is at or past it")
         if row is None:
             return EngineProgress(

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from tqdm import tqdm
@@ -24,6 +25,31 @@ class Boundary:
     seq: int  # the last seq of a chunk
     table_index: int  # table to continue with
     last_key: tuple[Any, ...] | None  # None: start of that table
+
+
+class ResumeState(Protocol):
+    """A snapshot's resume state file (each database's ``SnapshotState``)."""
+
+    tables: list[str]
+    table_index: int
+    last_key: Any
+    next_seq: int
+    complete: bool
+
+    def save(self, path: Path) -> None: ...
+
+
+def record_boundary(
+    state: ResumeState, boundary: Boundary, last_key: Any, next_seq: int, path: Path | None
+) -> None:
+    """The snapshot's rows up to ``boundary`` are committed: a restart continues after it
+    (``last_key``: the boundary's key as the state file stores it)."""
+    state.table_index = boundary.table_index
+    state.last_key = last_key
+    state.next_seq = next_seq
+    state.complete = boundary.table_index >= len(state.tables)
+    if path:
+        state.save(path)
 
 
 class BoundaryLog:

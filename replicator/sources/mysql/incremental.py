@@ -20,27 +20,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pymysql
-from tqdm import tqdm
 
 from replicator.events.model import ChangeEvent, Op
-from replicator.sources.common.incremental import ChunkDone, ChunkLedger, IncrementalState
-from replicator.sources.common.snapshot import PROGRESS_LOG_SECONDS
+from replicator.sources.common.incremental import ChunkDone, IncrementalState
+from replicator.sources.common.incremental_copy import IncrementalCopier
 from replicator.sources.mysql import setup
+from replicator.sources.mysql.emit import make_event
+from replicator.sources.mysql.position import INCREMENTAL_BASE
 from replicator.sources.mysql.snapshot import (
-    INCREMENTAL_BASE,
     SnapshotReader,
     SnapTable,
     decode_key,
     encode_key,
     open_consistent_snapshot,
 )
-from replicator.sources.mysql.stream import make_event
 from replicator.sources.mysql.types import ValueConversionError
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ class _Held:
         self.table, self.point, self.rows, self.last_key, self.final = table, point, rows, last_key, final
 
 
-class MyIncremental:
+class MyIncremental(IncrementalCopier[tuple[Any, ...]]):
     """The incremental snapshots of one MySQLSource (MariaDB)."""
 
     def __init__(
@@ -69,47 +67,22 @@ class MyIncremental:
         dead_letter: Callable[[SnapTable, tuple[Any, ...], tuple[Any, ...], ValueConversionError], None],
         progress: bool | None,
     ) -> None:
+        super().__init__(
+            tables=tables, state=state, state_path=state_path, chunk_rows=chunk_rows,
+            progress=progress,
+        )  # fmt: skip
         self.params = params
-        self.tables = tables
         self.snap_table = snap_table
-        self.state = state
-        self.state_path = state_path
-        self.chunk_rows = chunk_rows
         self.dead_letter = dead_letter
-        self.ledger = ChunkLedger()
-        self.finished: list[str] = []
-        self.rows = 0
         self._conn: pymysql.Connection[Any] | None = None
         self._held: _Held | None = None
-        self._reading: dict[str, tuple[Any, ...] | None] = {
+        self._reading = {
             t: decode_key(k) if k is not None else None for t, k in state.frontier.items()
         }
-        self._read_all: set[str] = set()
-        self._progress = progress
-        self._bar: tqdm[Any] | None = None
-        self._logged = time.monotonic()
-
-    def add(self, table: str, reason: str) -> None:
-        if self.state.add(table, reason):
-            self._reading[table] = None
-            self._read_all.discard(table)
-            log.info("incremental snapshot of %s (%s) queued: copied in chunks of %d rows "
-                     "while the stream goes on", table, reason, self.chunk_rows)  # fmt: skip
-            self.save()
-
-    @property
-    def active(self) -> bool:
-        return bool(self.state.tables)
 
     @property
     def busy(self) -> bool:
         return self._held is not None or self._next_table() is not None
-
-    def _next_table(self) -> str | None:
-        for t in self.state.tables:
-            if t in self.tables and t not in self._read_all:
-                return t
-        return None
 
     def next_chunk(self) -> None:
         """Read the next chunk in its own consistent snapshot, unless one is held."""
@@ -166,37 +139,11 @@ class MyIncremental:
             self._read_all.add(name)
         key = list(encode_key(held.last_key)) if held.last_key is not None else None
         self.ledger.handed_out(ChunkDone(name, last, key, held.final))
-        self._count(name, n)
-
-    def acknowledge(self, parts: tuple[Any, ...]) -> None:
-        changed = False
-        for done in self.ledger.committed(parts):
-            changed = True
-            if self.state.advance(done):
-                self.finished.append(done.table)
-                log.info("incremental snapshot of %s done", done.table)
-        if changed:
-            self.save()
-
-    def save(self) -> None:
-        if self.state_path is not None:
-            self.state.save(self.state_path)
-
-    def _count(self, table: str, n: int) -> None:
-        self.rows += n
-        if self._bar is None:
-            self._bar = tqdm(unit="rows", desc=f"incremental snapshot {table}", leave=False,
-                             disable=None if self._progress is None else not self._progress)  # fmt: skip
-        self._bar.update(n)
-        now = time.monotonic()
-        if now - self._logged >= PROGRESS_LOG_SECONDS:
-            self._logged = now
-            log.info("incremental snapshot: %s rows copied in this run (now %s)", f"{self.rows:,}", table)
+        if self._counted(name, n):
+            log.info("incremental snapshot: %s rows copied in this run (now %s)", f"{self.rows:,}", name)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        super().close()
         if self._conn is not None:
             with contextlib.suppress(pymysql.err.Error):
                 self._conn.close()

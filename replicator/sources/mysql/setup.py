@@ -310,47 +310,65 @@ def list_tables(
         "WHERE TABLE_TYPE = 'BASE TABLE'"
     )
     if tables is None:
-        params: tuple[Any, ...] = ()
-        if default_db:
-            sql += " AND TABLE_SCHEMA = %s"
-            params = (default_db,)
-        else:
-            sql += " AND TABLE_SCHEMA NOT IN (" + ", ".join(["%s"] * len(SYSTEM_SCHEMAS)) + ")"
-            params = SYSTEM_SCHEMAS
-        found = [(str(s), str(t)) for s, t in query(conn, sql + " ORDER BY 1, 2", params)]
-        keys = _pk_columns(conn, default_db)
-        infos = [TableInfo(s, t, keys.get((s, t), ())) for s, t in found]
-        live = {i.qualified for i in infos if i.pk_columns}
-        gone = [
-            _gone(c)
-            for c in sorted(committed)
-            if c not in live
-            and (
-                c.partition(".")[0] == default_db
-                if default_db
-                else c.partition(".")[0] not in SYSTEM_SCHEMAS
+        return _default_tables(conn, sql, default_db, committed)
+    return _configured_tables(conn, sql, tables, default_db, committed)
+
+
+def _default_tables(
+    conn: pymysql.Connection[Cursor], sql: str, default_db: str | None, committed: Collection[str]
+) -> list[TableInfo]:
+    """``list_tables`` without configured tables: every keyed base table in scope."""
+    params: tuple[Any, ...] = ()
+    if default_db:
+        sql += " AND TABLE_SCHEMA = %s"
+        params = (default_db,)
+    else:
+        sql += " AND TABLE_SCHEMA NOT IN (" + ", ".join(["%s"] * len(SYSTEM_SCHEMAS)) + ")"
+        params = SYSTEM_SCHEMAS
+    found = [(str(s), str(t)) for s, t in query(conn, sql + " ORDER BY 1, 2", params)]
+    keys = _pk_columns(conn, default_db)
+    infos = [TableInfo(s, t, keys.get((s, t), ())) for s, t in found]
+    live = {i.qualified for i in infos if i.pk_columns}
+    gone = [
+        _gone(c)
+        for c in sorted(committed)
+        if c not in live
+        and (
+            c.partition(".")[0] == default_db
+            if default_db
+            else c.partition(".")[0] not in SYSTEM_SCHEMAS
+        )
+    ]
+    for i in infos:
+        if not i.pk_columns and i.qualified not in committed:
+            log.warning(
+                "not replicating %s: it has no primary key (%s)", i.qualified, key_hint(conn, i)
             )
-        ]
-        for i in infos:
-            if not i.pk_columns and i.qualified not in committed:
-                log.warning(
-                    "not replicating %s: it has no primary key (%s)", i.qualified, key_hint(conn, i)
-                )
-        if gone:
-            return [i for i in infos if i.pk_columns] + gone
-        where = default_db or "any user database"
-        if not infos:  # information_schema shows only what the user may access
-            raise SourceSetupError(
-                f"no table visible to user {current_user(conn)} in {where}",
-                hint=f"GRANT SELECT ON {quote_ident(default_db) if default_db else '*'}.* "
-                f"TO {current_user(conn)};",
-            )
-        if not any(i.pk_columns for i in infos):
-            raise SourceSetupError(
-                f"no table with a primary key in {where}",
-                hint="ALTER TABLE <db>.<table> ADD PRIMARY KEY (<columns>);",
-            )
-        return [i for i in infos if i.pk_columns]
+    if gone:
+        return [i for i in infos if i.pk_columns] + gone
+    where = default_db or "any user database"
+    if not infos:  # information_schema shows only what the user may access
+        raise SourceSetupError(
+            f"no table visible to user {current_user(conn)} in {where}",
+            hint=f"GRANT SELECT ON {quote_ident(default_db) if default_db else '*'}.* "
+            f"TO {current_user(conn)};",
+        )
+    if not any(i.pk_columns for i in infos):
+        raise SourceSetupError(
+            f"no table with a primary key in {where}",
+            hint="ALTER TABLE <db>.<table> ADD PRIMARY KEY (<columns>);",
+        )
+    return [i for i in infos if i.pk_columns]
+
+
+def _configured_tables(
+    conn: pymysql.Connection[Cursor],
+    sql: str,
+    tables: Sequence[str],
+    default_db: str | None,
+    committed: Collection[str],
+) -> list[TableInfo]:
+    """``list_tables`` of the configured tables: each must exist with a primary key."""
     wanted: list[tuple[str, str]] = []
     for name in tables:
         schema, dot, table = name.partition(".")

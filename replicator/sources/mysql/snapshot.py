@@ -42,6 +42,21 @@ from replicator.errors import SourceSetupError
 from replicator.events.model import TableSchema
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
+from replicator.sources.mysql.position import (  # noqa: F401 - re-exported
+    INCREMENTAL_BASE as INCREMENTAL_BASE,
+)
+from replicator.sources.mysql.position import (
+    SNAPSHOT_BASE as SNAPSHOT_BASE,
+)
+from replicator.sources.mysql.position import (
+    is_snapshot_parts as is_snapshot_parts,
+)
+from replicator.sources.mysql.position import (
+    snapshot_parts as snapshot_parts,
+)
+from replicator.sources.mysql.position import (
+    snapshot_seq as snapshot_seq,
+)
 from replicator.sources.mysql.setup import TableInfo, current_user, master_status, query
 from replicator.sources.mysql.types import (
     ColumnDef,
@@ -51,25 +66,6 @@ from replicator.sources.mysql.types import (
     map_column,
     quote_ident,
 )
-
-SNAPSHOT_BASE = -(1 << 62)
-# Rows of incremental snapshots (``incremental.py``): negative too (they sort before the
-# transaction at their binlog point) but above every initial-snapshot seq, and streamed-like:
-# not snapshot positions for the restart rules.
-INCREMENTAL_BASE = -(1 << 61)
-
-
-def snapshot_parts(file: str, pos: int, seq: int) -> tuple[str, int, int]:
-    return (file, pos, SNAPSHOT_BASE + seq)
-
-
-def is_snapshot_parts(parts: Sequence[Any]) -> bool:
-    return len(parts) == 3 and int(parts[2]) < INCREMENTAL_BASE
-
-
-def snapshot_seq(parts: Sequence[Any]) -> int:
-    return int(parts[2]) - SNAPSHOT_BASE
-
 
 # -- resume state ------------------------------------------------------------------------------
 

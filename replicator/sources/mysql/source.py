@@ -73,39 +73,39 @@ from typing import Any
 
 import pymysql
 
-from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
+from replicator.checkpoint import EXACT, Checkpoints
 from replicator.errors import TerminalError
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
+from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.sources.base import LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
-from replicator.sources.common.incremental import IncrementalState
-from replicator.sources.common.snapshot import SnapshotCursor
+from replicator.sources.common.incremental_copy import load_incremental_state
+from replicator.sources.common.lifecycle import DatabaseSource
+from replicator.sources.common.snapshot import SnapshotCursor, record_boundary
 from replicator.sources.mysql import setup
+from replicator.sources.mysql.emit import SourceStats
 from replicator.sources.mysql.incremental import MyIncremental
+from replicator.sources.mysql.position import (
+    MYSQL,
+    BinlogPoint,
+    BinlogPosition,
+)
 from replicator.sources.mysql.retained import binlog_head, binlog_position
-from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
+from replicator.sources.mysql.schema_history import SchemaHistory
 from replicator.sources.mysql.snapshot import (
-    SNAPSHOT_BASE,
     Chunk,
     SnapshotReader,
     SnapshotState,
-    SnapTable,
     decode_key,
     describe_tables,
     encode_key,
-    is_snapshot_parts,
-    open_consistent_snapshot,
-    snap_table,
-    snapshot_parts,
-    snapshot_seq,
 )
-from replicator.sources.mysql.stream import BinlogStream, SourceStats, dead_letter, make_event
+from replicator.sources.mysql.snapshot_phase import MySnapshotPhase
+from replicator.sources.mysql.stream import BinlogStream
 from replicator.sources.mysql.types import (
     ZERO_DATE_POLICIES,
     ColumnDef,
     RowConverter,
-    ValueConversionError,
     check_types,
 )
 
@@ -113,8 +113,9 @@ log = logging.getLogger(__name__)
 FENCE_PING_SECONDS = 60.0
 
 
-class MySQLSource(ChangeSource):
+class MySQLSource(MySnapshotPhase, DatabaseSource):
     kind = "mysql"
+    streams_in_the_snapshot_poll = True  # an empty poll always means idle
 
     def __init__(
         self,
@@ -153,30 +154,23 @@ class MySQLSource(ChangeSource):
         self._fence_checked = 0.0
         self._conn: pymysql.Connection[Any] | None = None
         self._tables: dict[str, setup.TableInfo] = {}
-        self._committed: dict[str, tuple[Any, ...]] = {}
+        self._committed: dict[str, BinlogPosition] = {}
         self._defs: dict[str, list[ColumnDef]] = {}
         self._converters: list[RowConverter] = []
         # stream (created when the snapshot is done)
         self._stream: BinlogStream | None = None
-        self._resume: tuple[str, int] = ("", 4)
+        self._resume = BinlogPoint("", 4)
         self._last_out: tuple[Any, ...] = ()
         # snapshot
         self._snap: SnapshotReader | None = None
         self._cursor: SnapshotCursor[Chunk] | None = None  # set while the snapshot is read
-        self._snap_point: tuple[str, int] | None = None
+        self._snap_point: BinlogPoint | None = None
         self._snap_state: SnapshotState | None = None
         self._incr: MyIncremental | None = None  # tables copied while streaming (MariaDB)
         self._checkpointed: list[str] = []
         self.incremental_path = state / f"mysql-{server_id}.incremental.json" if state else None
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self, checkpoints: Checkpoints) -> None:
-        try:
-            self._start(checkpoints)
-        except BaseException:
-            self.close()
-            raise
-
     def _start(self, checkpoints: Checkpoints) -> None:
         committed: Mapping[str, SourcePosition] = checkpoints.positions()
         conn = self._conn = setup.connect(self.params)
@@ -188,6 +182,29 @@ class MySQLSource(ChangeSource):
         state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
         if state is not None and self.snapshot_path is not None:
             check_state(self.snapshot_path, state.source_id, self.source_id)
+        infos = self._select_tables(conn, checkpoints)
+        self._committed = {
+            t: BinlogPosition.of(p)
+            for t, p in committed.items()
+            if p.source == MYSQL and t in self._tables
+        }
+        files = setup.binary_logs(conn)
+        basename = setup.binlog_basename(list(files)[-1]) if files else ""
+        self._checkpointed = sorted(t for t, p in committed.items() if p.source == "mysql")
+        if not self._committed:
+            self._begin_snapshot(infos, None, None, 0)
+            self.replay = EXACT  # one consistent snapshot, the stream starts at it
+            self._start_incremental([])
+            return
+        resume = self._resume_point(files, basename)
+        self._resume_snapshot(infos, resume, state)
+
+    def _select_tables(
+        self, conn: pymysql.Connection[Any], checkpoints: Checkpoints
+    ) -> list[setup.TableInfo]:
+        """The tables to replicate (checked; ``_tables``); returns those with a key."""
+        assert self.source_id is not None
+        committed = checkpoints.positions()
         listed = setup.list_tables(
             conn,
             self.tables_config,
@@ -209,48 +226,46 @@ class MySQLSource(ChangeSource):
         self._defs = describe_tables(conn, infos)  # now: type checks and (maybe) history seeds
         check_types(self._defs, {t.qualified: t for t in infos})
         self._tables = {t.qualified: t for t in listed}
-        self._committed = {
-            t: tuple(p.parts)
-            for t, p in committed.items()
-            if p.source == "mysql" and t in self._tables
-        }
-        files = setup.binary_logs(conn)
-        basename = setup.binlog_basename(list(files)[-1]) if files else ""
-        self._checkpointed = sorted(t for t, p in committed.items() if p.source == "mysql")
-        if not self._committed:
-            self._begin_snapshot(infos, None, None, 0)
-            self.replay = EXACT  # one consistent snapshot, the stream starts at it
-            self._start_incremental([])
-            return
+        return infos
+
+    def _resume_point(self, files: Mapping[str, int], basename: str) -> BinlogPoint:
+        """Where the stream resumes after the committed positions (checked on the server)."""
         for t, p in self._committed.items():
-            if setup.binlog_basename(str(p[0])) != basename:
+            if setup.binlog_basename(p.file) != basename:
                 raise TerminalError(
-                    f"committed position {p[0]} is from binlog "
-                    f"{setup.binlog_basename(str(p[0]))!r}, "
+                    f"committed position {p.file} is from binlog "
+                    f"{setup.binlog_basename(p.file)!r}, "
                     f"the server writes {basename!r}: positions cannot be compared",
                     table=t,
                     hint="re-snapshot: drop this source's Iceberg tables and restart",
                 )
-        resume = min((str(p[0]), int(p[1])) for p in self._committed.values())
+        resume = min(p.point for p in self._committed.values())
         acked = self._load_acked(basename)
-        if acked is not None and (acked[0], acked[1]) > resume:
-            resume = (acked[0], acked[1])
+        if acked is not None and acked.point > resume:
+            resume = acked.point
             self._last_out = acked  # durable for every table: never hand it out again
         setup.check_resume_file(
-            files, resume[0], resume[1], SourcePosition(source="mysql", parts=(*resume, 0))
+            files, resume.file, resume.pos, BinlogPosition(*resume, 0).source_position()
         )
         self._resume = resume
         log.info("resuming the binlog at %s:%d", *resume)
-        points = {(str(p[0]), int(p[1])) for p in self._committed.values() if is_snapshot_parts(p)}
+        return resume
+
+    def _resume_snapshot(
+        self, infos: list[setup.TableInfo], resume: BinlogPoint, state: SnapshotState | None
+    ) -> None:
+        """Snapshot the tables whose snapshot is not known complete (an interrupted one
+        continues at its key), before streaming or incrementally."""
+        points = {p.point for p in self._committed.values() if p.is_snapshot}
         if state is not None and tuple(state.point) not in points:
             state = None  # no committed row of that snapshot is left to judge: ignore it
         done = state.done_tables() if state else set()
 
-        def finished(p: tuple[Any, ...], table: str) -> bool:
+        def finished(p: BinlogPosition, table: str) -> bool:
             """A streamed position, or the end of a snapshot the state file saw complete."""
-            if not is_snapshot_parts(p):
+            if not p.is_snapshot:
                 return True
-            return state is not None and (p[0], p[1]) == tuple(state.point) and table in done
+            return state is not None and p.point == tuple(state.point) and table in done
 
         needs = [
             t
@@ -264,9 +279,7 @@ class MySQLSource(ChangeSource):
         if not needs:
             return
         seqs = [
-            snapshot_seq(p)
-            for p in self._committed.values()
-            if is_snapshot_parts(p) and (p[0], p[1]) == resume
+            p.snapshot_seq for p in self._committed.values() if p.is_snapshot and p.point == resume
         ]
         next_seq = max([s + 1 for s in seqs] + [state.next_seq if state else 0])
         last_key = None
@@ -283,16 +296,10 @@ class MySQLSource(ChangeSource):
         assert self.server is not None
         if self.incremental_path is None or not self.server.is_mariadb:
             return needs
-        state = IncrementalState.load(self.incremental_path)
-        if state is None or state.source_id not in (None, self.source_id):
-            state = IncrementalState(source_id=self.source_id)
-        state.source_id = self.source_id
-        for gone in [t for t in state.tables if t not in self._tables]:
-            log.info("incremental snapshot of %s dropped: the table is no longer selected", gone)
-            state.tables.remove(gone)
-        for gone in [t for t in self._checkpointed if t not in self._tables]:
-            log.info("%s is no longer selected: its changes are not replicated any more; its "
-                     "Iceberg table is kept as it is", gone)  # fmt: skip
+        assert self.source_id is not None
+        state = load_incremental_state(
+            self.incremental_path, self.source_id, self._tables, self._checkpointed
+        )
         self._incr = MyIncremental(
             params=self.params, tables=self._tables, snap_table=self._snap_table, state=state,
             state_path=self.incremental_path, chunk_rows=self.snapshot_chunk_rows,
@@ -306,162 +313,24 @@ class MySQLSource(ChangeSource):
             self.replay = replace(self.replay, snapshot_rows=True)  # chunk rows are upserts
         return [t for t in needs if t not in new]
 
-    def _snap_table(self, conn: Any, info: setup.TableInfo) -> SnapTable:
-        """How a chunk of ``info`` is read and converted now (hints as the stream's)."""
-        cols = describe_tables(conn, [info])[info.qualified]
-        hints = self.history.get(info.qualified)
-        cols = [
-            replace(d, is_bool=d.data_type == "tinyint" and hints.is_bool(d.name),
-                    is_json=d.data_type == "json" or (d.data_type == "text" and hints.is_json(d.name)))
-            for d in cols
-        ]  # fmt: skip
-        return snap_table(info, cols, self.zero_dates)
-
-    def _dead_letter_row(
-        self, t: SnapTable, row: tuple[Any, ...], parts: tuple[Any, ...], exc: ValueConversionError
-    ) -> None:
-        names = t.rows.names
-        dead_letter(self.dead_letters, self.stats, t.info.qualified, t.schema,
-                    dict(zip(names, row, strict=False)), parts, exc)  # fmt: skip
-
-    def request_snapshot(self, tables: Sequence[str], reason: str) -> list[str]:
-        """Copy ``tables`` again while streaming; returns the ones that cannot be."""
-        with self._lock:
-            if self._incr is None:
-                return list(tables)
-            refused = [t for t in tables if t not in self._tables]
-            for t in tables:
-                if t in self._tables:
-                    self._incr.add(t, reason)
-            self.replay = replace(self.replay, snapshot_rows=True)
-            return refused
-
-    @property
-    def incremental_pending(self) -> list[str]:
-        with self._lock:
-            pending = list(self._incr.state.tables) if self._incr is not None else []
-            return pending + [t for t in self._checkpointed if t not in self._tables]
-
-    @property
-    def incremental_active(self) -> bool:
-        """An incremental snapshot has rows not yet committed (or chunks not yet read)."""
-        return self._incr is not None and self._incr.active
-
-    @property
-    def incremental_finished(self) -> list[str]:
-        with self._lock:
-            if self._incr is None:
-                return []
-            out, self._incr.finished = self._incr.finished, []
-            return out
-
-    def _load_acked(self, basename: str) -> tuple[Any, ...] | None:
+    def _load_acked(self, basename: str) -> BinlogPosition | None:
         if self.offsets_path is None:
             return None
         try:
             raw = json.loads(self.offsets_path.read_text())
-            acked = tuple(raw["acked"])
+            acked = BinlogPosition.from_parts(raw["acked"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         assert self.source_id is not None
         check_state(self.offsets_path, raw.get("source_id"), self.source_id)
         # Trust it only when it matches this catalog: some table committed at least that far.
         if (
-            setup.binlog_basename(str(acked[0])) != basename
-            or is_snapshot_parts(acked)
+            setup.binlog_basename(acked.file) != basename
+            or acked.is_snapshot
             or acked > max(self._committed.values())
         ):
             return None
         return acked
-
-    def _seed_history(self, infos: list[setup.TableInfo], at: tuple[str, int]) -> None:
-        """Hints for tables the history does not know yet (information_schema at start)."""
-        known = self.history.load((*at, SNAPSHOT_BASE - 1))
-        for t in infos:
-            if t.qualified not in known:
-                defs = self._defs[t.qualified]
-                self.history.record(
-                    t.qualified,
-                    hints_from_columns((d.name, d.is_bool, d.is_json) for d in defs),
-                    (*at, SNAPSHOT_BASE - 1),
-                )
-
-    def _begin_snapshot(
-        self,
-        order: list[setup.TableInfo],
-        point: tuple[str, int] | None,
-        last_key: tuple[Any, ...] | None,
-        next_seq: int,
-    ) -> None:
-        assert self.server is not None and self._conn is not None
-        conn = setup.connect(self.params)
-        try:
-            snap_at = open_consistent_snapshot(conn, self.server.is_mariadb)
-            defs = describe_tables(conn, order)  # right after the snapshot opened: see history
-        except BaseException:
-            conn.close()
-            raise
-        if point is None:  # a fresh start: the stream continues where the snapshot was taken
-            point = snap_at
-        else:
-            # Newer than the resume point: the stream repeats what the snapshot saw, i.e. every
-            # transaction written before its binlog point (inserts must become upserts).
-            self.replay = ReplayWindow(
-                snapshot_rows=True,
-                changes_until=SourcePosition(source="mysql", parts=(*snap_at, -1)),
-            )
-            if self.offsets_path is not None:  # from an earlier life of these tables
-                self.offsets_path.unlink(missing_ok=True)
-        log.info(
-            "snapshot of %d table(s) at %s:%d (binlog resumes at %s:%d)",
-            len(order),
-            *snap_at,
-            *point,
-        )
-        tables: list[SnapTable] = []
-        for t in order:
-            cols = defs[t.qualified]
-            if not self.history.version(t.qualified):
-                self.history.record(
-                    t.qualified,
-                    hints_from_columns((d.name, d.is_bool, d.is_json) for d in cols),
-                    (*point, SNAPSHOT_BASE - 1),
-                )
-            hints = self.history.get(t.qualified)  # the stream decodes with the same hints
-            cols = [
-                replace(
-                    d,
-                    is_bool=d.data_type == "tinyint" and hints.is_bool(d.name),
-                    is_json=d.data_type == "json"
-                    or (d.data_type == "text" and hints.is_json(d.name)),
-                )
-                for d in cols
-            ]
-            st = snap_table(t, cols, self.zero_dates)
-            self._converters.append(st.rows)
-            tables.append(st)
-        self._resume = point
-        self._snap_point = point
-        reader = SnapshotReader(
-            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq
-        )
-        self._snap = reader
-        self._snap_state = SnapshotState(
-            list(point),
-            [t.qualified for t in order],
-            0,
-            encode_key(last_key) if last_key else None,
-            next_seq,
-            source_id=self.source_id,
-        )
-        if self.snapshot_path:
-            self._snap_state.save(self.snapshot_path)
-        self._cursor = SnapshotCursor(
-            reader.chunks(),
-            total=reader.estimated_rows(),
-            desc="snapshot mysql",
-            progress=self.progress,
-        )
 
     def close(self) -> None:
         with self._lock:
@@ -497,18 +366,16 @@ class MySQLSource(ChangeSource):
         committed = None
         if acknowledged is not None and acknowledged.source == "mysql":
             # A snapshot row's position carries the binlog point the stream starts from.
-            committed = (str(acknowledged.parts[0]), int(acknowledged.parts[1]))
+            committed = BinlogPosition.of(acknowledged).point
         return binlog_retained(self.params, committed)
 
     # -- polling ------------------------------------------------------------------------------
-    def poll(self) -> Iterator[ChangeEvent]:
+    def _before_poll(self) -> None:
         if self._conn is None:
             raise TerminalError("MySQLSource.poll() before start()")
         self._keep_fence()
-        if self._cursor is not None:
-            yield from self._poll_snapshot()
-            if self._cursor is not None:
-                return
+
+    def _poll_stream(self) -> Iterator[ChangeEvent]:
         # No snapshot (left): stream. A poll that finishes the snapshot streams on, so that an
         # empty poll always means idle.
         if self._stream is None:
@@ -553,74 +420,20 @@ class MySQLSource(ChangeSource):
             self._conn = setup.connect(self.params)
             self.fencing_token = setup.acquire_fence(self._conn, self.server_id)
 
-    def _poll_snapshot(self) -> Iterator[ChangeEvent]:
-        assert self._snap_point is not None
-        file, pos = self._snap_point
-        n = 0
-        while n < self.poll_max_events:
-            row = self._cursor.next_row() if self._cursor is not None else None
-            if row is None:
-                self._end_snapshot()
-                return
-            chunk, i = row
-            n += 1
-            t = chunk.table
-            parts = snapshot_parts(file, pos, chunk.first_seq + i)
-            done = self._committed.get(t.info.qualified)
-            if done is not None and parts <= done:
-                self.stats.skipped += 1
-                continue
-            try:
-                after = t.rows.from_snapshot(chunk.rows[i])
-            except ValueConversionError as exc:
-                names = t.rows.names
-                dead_letter(
-                    self.dead_letters,
-                    self.stats,
-                    t.info.qualified,
-                    t.schema,
-                    dict(zip(names, chunk.rows[i], strict=False)),
-                    parts,
-                    exc,
-                )
-                continue
-            self.stats.snapshot_rows += 1
-            yield make_event(
-                t.info.qualified, Op.READ, None, after, parts, t.schema, None, None, True
-            )
-
-    def _end_snapshot(self) -> None:
-        if self._snap is not None:
-            self._snap.finish()
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
-        log.info("snapshot done: %d rows", self.stats.snapshot_rows)
-
     # -- acknowledgements ---------------------------------------------------------------------
     def acknowledge(self, position: SourcePosition) -> None:
-        if position.source != "mysql":
-            raise TypeError(f"not a mysql position: {position}")
-        parts = tuple(position.parts)
+        at = BinlogPosition.of(position)
         with self._lock:
             st = self._snap_state
-            if is_snapshot_parts(parts):
-                if (
-                    st is not None
-                    and self._snap is not None
-                    and (parts[0], parts[1]) == tuple(st.point)
-                ):
-                    b = self._snap.boundaries.resume_point(snapshot_seq(parts))
+            if at.is_snapshot:
+                if st is not None and self._snap is not None and at.point == tuple(st.point):
+                    b = self._snap.boundaries.resume_point(at.snapshot_seq)
                     if b is not None:
-                        st.table_index = b.table_index
-                        st.last_key = encode_key(b.last_key) if b.last_key is not None else None
-                        st.next_seq = self._snap.next_seq
-                        st.complete = b.table_index >= len(st.tables)
-                        if self.snapshot_path:
-                            st.save(self.snapshot_path)
+                        key = encode_key(b.last_key) if b.last_key is not None else None
+                        record_boundary(st, b, key, self._snap.next_seq, self.snapshot_path)
                 return
             if self._incr is not None:
-                self._incr.acknowledge(parts)
+                self._incr.acknowledge(at)
             if st is not None and not st.complete:
                 st.complete = True  # a streamed position: every snapshot row before it is durable
                 if self.snapshot_path:
@@ -628,21 +441,16 @@ class MySQLSource(ChangeSource):
             if self.offsets_path is not None:
                 self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.offsets_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"acked": list(parts), "source_id": self.source_id}))
+                tmp.write_text(json.dumps({"acked": list(at), "source_id": self.source_id}))
                 os.replace(tmp, self.offsets_path)
 
     # -- introspection --------------------------------------------------------------------------
-    @property
-    def snapshot_in_progress(self) -> bool:
-        # An incremental snapshot too: a table partly copied makes no consistent cut.
-        return self._cursor is not None or (self._incr is not None and self._incr.active)
-
     @property
     def zero_dates_nulled(self) -> int:
         stream = self._stream.converters if self._stream is not None else []
         return sum(c.zero_count for c in [*self._converters, *stream])
 
     @property
-    def resume_position(self) -> tuple[str, int]:
+    def resume_position(self) -> BinlogPoint:
         """Where the binlog stream (re)starts: the next transaction not fully read."""
-        return self._stream.resume if self._stream is not None else self._resume
+        return BinlogPoint(*self._stream.resume) if self._stream is not None else self._resume

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -35,12 +34,18 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from replicator.errors import BadInputError, SchemaChangeError, TerminalError
-from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.errors import SchemaChangeError, TerminalError
+from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
-from replicator.sources.common.events import BadKey, event_maker
-from replicator.sources.common.stats import CommonSourceStats
+from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
+from replicator.sources.mysql.framing import (
+    event_offset,
+    is_begin,
+    is_commit,
+    opens_explicit_group,
+)
 from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -54,7 +59,6 @@ from replicator.sources.mysql.types import (
 log = logging.getLogger(__name__)
 compat.install()
 
-Parts = tuple[str, int, int]
 ROW_SHIFT = 32
 _ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 _EVENTS = [
@@ -68,15 +72,6 @@ _EVENTS = [
     UpdateRowsEvent,
     DeleteRowsEvent,
 ]
-_MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
-
-
-make_event = event_maker("mysql")
-
-
-@dataclass
-class SourceStats(CommonSourceStats):
-    transactions: int = 0
 
 
 @dataclass
@@ -237,10 +232,8 @@ class BinlogStream:
         elif t is MariadbGtidEvent or t is GtidEvent:
             if self._tx is not None:  # an unterminated group (should not happen): close it
                 yield from self._end_tx(None)
-            begin = pkt.log_pos - pkt.event_size
-            standalone = t is MariadbGtidEvent and bool(ev.flags & _MARIADB_FL_STANDALONE)
             self._tx = _Tx(
-                self._file, begin, str(ev.gtid), explicit=t is MariadbGtidEvent and not standalone
+                self._file, event_offset(ev), str(ev.gtid), explicit=opens_explicit_group(ev)
             )
         elif t is QueryEvent:
             yield from self._query(ev)
@@ -254,19 +247,17 @@ class BinlogStream:
 
     def _query(self, ev: QueryEvent) -> Iterator[ChangeEvent]:
         pkt = ev.packet
-        q = ev.query.strip()
-        word = q[:8].upper()
-        if word.startswith("BEGIN"):
+        if is_begin(ev.query):
             if self._tx is None:  # no GTID event: the transaction starts here
-                begin = pkt.log_pos - pkt.event_size
+                begin = event_offset(ev)
                 self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=True)
             else:
                 self._tx.explicit = True
             return
-        if word.startswith("COMMIT"):
+        if is_commit(ev.query):
             yield from self._end_tx(pkt.log_pos)
             return
-        begin = self._tx.begin if self._tx is not None else pkt.log_pos - pkt.event_size
+        begin = self._tx.begin if self._tx is not None else event_offset(ev)
         at = (self._file, begin, 0)
         for table in self._ddl(ev, at):
             yield from self._truncate(table, at, ev.timestamp * 1000)
@@ -423,7 +414,7 @@ class BinlogStream:
     def _rows(self, ev: Any) -> Iterator[ChangeEvent]:
         tx = self._tx
         if tx is None:  # a rows event outside a transaction (should not happen): its own one
-            begin = ev.packet.log_pos - ev.packet.event_size
+            begin = event_offset(ev)
             tx = self._tx = _Tx(self._file, begin, f"{self._file}:{begin}", explicit=False)
         ordinal = tx.rows_events
         tx.rows_events += 1
@@ -442,6 +433,14 @@ class BinlogStream:
             if fast is not None:
                 yield from self._decoded(ev, fast, rel, tx, base, threshold)
                 return
+        yield from self._library_rows(ev, rel, tx, base, threshold)
+
+    def _library_rows(
+        self, ev: Any, rel: _Rel, tx: _Tx, base: int, threshold: tuple[Any, ...]
+    ) -> Iterator[ChangeEvent]:
+        """``_rows`` for an event the fast decoder left to the library: converted row by
+        row; a row that does not convert is a bad change or a dead letter."""
+        table = rel.table
         try:
             rows = ev.rows
         except Exception as exc:  # library decoding failed: the row boundaries are lost
@@ -588,28 +587,3 @@ class BinlogStream:
         exc: ValueConversionError,
     ) -> None:
         dead_letter(self.dead_letters, self.stats, table, schema, values, parts, exc)
-
-
-def dead_letter(
-    sink: DeadLetterSink,
-    stats: SourceStats,
-    table: str,
-    schema: TableSchema | None,
-    values: Mapping[str, Any],
-    parts: Parts,
-    exc: ValueConversionError,
-) -> None:
-    """A row that cannot be converted: dead-lettered with table, key and position."""
-    key = None if schema is None else {k: values.get(k) for k in schema.key_columns}
-    pos = SourcePosition(source="mysql", parts=parts)
-    err = BadInputError(str(exc), table=table, key=key, position=pos)
-    stats.dead_letters += 1
-    log.warning("dead letter: %s", err)
-    raw = orjson.dumps(
-        {
-            k: v if isinstance(v, str | int | float | bool) or v is None else repr(v)
-            for k, v in values.items()
-        },
-        default=repr,
-    ).decode()
-    sink.put(DeadLetter(reason=err.message, table=table, key=key, position=str(pos), raw=raw))

@@ -34,6 +34,7 @@ from replicator.sources.postgres.pgoutput import (
     TupleData,
     Update,
 )
+from replicator.sources.postgres.position import PgPosition
 from replicator.sources.postgres.setup import TableInfo
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import RowConverter, TypeMapper, ValueConversionError
@@ -113,7 +114,7 @@ class ChangeAssembler:
         *,
         tables: Mapping[str, TableInfo],
         mapper: TypeMapper,
-        committed: Mapping[str, tuple[int | str, ...]],
+        committed: Mapping[str, PgPosition],
         toast: RowCache,
         stats: SourceStats,
         dead_letters: DeadLetterSink,

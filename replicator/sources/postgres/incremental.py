@@ -20,7 +20,6 @@ still to copy and the committed frontier of each.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -28,20 +27,18 @@ from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
-from tqdm import tqdm
 
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.common.incremental import (
     WATERMARK_PREFIX,
     ChunkDone,
-    ChunkLedger,
     ChunkWindow,
     IncrementalState,
     RecentTransactions,
     Watermark,
     chunk_consistent,
 )
-from replicator.sources.common.snapshot import PROGRESS_LOG_SECONDS
+from replicator.sources.common.incremental_copy import IncrementalCopier, load_incremental_state
 from replicator.sources.postgres.changes import RelState, build_rel, make_event
 from replicator.sources.postgres.pgoutput import Begin, Message, PgOutputMessage
 from replicator.sources.postgres.setup import TableInfo, quote_ident
@@ -53,7 +50,7 @@ log = logging.getLogger(__name__)
 MESSAGES_MIN_SERVER = 140000  # pgoutput's ``messages`` option
 
 
-class PgIncremental:
+class PgIncremental(IncrementalCopier[list[Any]]):
     """The incremental snapshots of one PostgresSource: driven from its reader thread
     (``next_chunk``, ``observe``, ``on_event``) and its acknowledgements (``acknowledge``)."""
 
@@ -70,55 +67,31 @@ class PgIncremental:
         dead_letter: Callable[[RelState, tuple[Any, ...], tuple[int, int], ValueConversionError], None],
         progress: bool | None,
     ) -> None:
+        super().__init__(
+            tables=tables, state=state, state_path=state_path, chunk_rows=chunk_rows,
+            progress=progress,
+        )  # fmt: skip
+        self.tables: Mapping[str, TableInfo] = tables
         self.conn = conn
         self.read_conn = read_conn
-        self.tables = tables
         self.mapper = mapper
-        self.state = state
-        self.state_path = state_path
-        self.chunk_rows = chunk_rows
         self.dead_letter = dead_letter
         self.run = uuid.uuid4().hex
         self.recent = RecentTransactions()
-        self.ledger = ChunkLedger()
         self.window: ChunkWindow[tuple[Any, ...], dict[str, Any]] | None = None
         self._chunk_no = 0
         self._window_final = False
         self._window_key: list[Any] | None = None
         self._bad: list[tuple[tuple[Any, ...], ValueConversionError]] = []
         self._rel: RelState | None = None
-        self._reading: dict[str, list[Any] | None] = dict(state.frontier)  # read, maybe not committed
-        self._read_all: set[str] = set()  # every chunk read (maybe not committed)
+        self._reading = dict(state.frontier)
         self._tx_lsn = 0
         self._last_pos: tuple[int, int] | None = None
-        self.finished: list[str] = []  # tables completely copied (committed), for the owner
-        self.rows = 0
-        self._progress = progress
-        self._bar: tqdm[Any] | None = None
-        self._logged = time.monotonic()
-
-    # -- requests ------------------------------------------------------------------------------
-    def add(self, table: str, reason: str) -> None:
-        if self.state.add(table, reason):
-            self._reading[table] = None
-            log.info("incremental snapshot of %s (%s) queued: copied in chunks of %d rows "
-                     "while the stream goes on", table, reason, self.chunk_rows)  # fmt: skip
-            self._save()
-
-    @property
-    def active(self) -> bool:
-        return bool(self.state.tables)
 
     @property
     def busy(self) -> bool:
         """A chunk waits for its HIGH watermark, or a table has chunks left to read."""
         return self.window is not None or self._next_table() is not None
-
-    def _next_table(self) -> str | None:
-        for t in self.state.tables:
-            if t in self.tables and t not in self._read_all:
-                return t
-        return None
 
     # -- chunks --------------------------------------------------------------------------------
     def next_chunk(self) -> None:
@@ -233,46 +206,16 @@ class PgIncremental:
             self._read_all.add(w.table)
         pos = (lsn, len(rows) - 1) if rows else None
         self.ledger.handed_out(ChunkDone(w.table, pos, self._window_key, self._window_final))
-        self._count(w.table, len(rows), w.dropped)
+        if self._counted(w.table, len(rows), force_log=not self.active):
+            log.info("incremental snapshot: %s rows copied in this run (%s at its chunk %d; "
+                     "%d of its rows changed by the stream meanwhile)", f"{self.rows:,}", w.table,
+                     self._chunk_no, w.dropped)  # fmt: skip
 
     @property
     def last_position(self) -> tuple[int, int] | None:
         """The last position handed out (the owner's skip rule must know it)."""
         return self._last_pos
 
-    # -- acknowledgements ----------------------------------------------------------------------
-    def acknowledge(self, parts: tuple[int, ...]) -> None:
-        changed = False
-        for done in self.ledger.committed(parts):
-            changed = True
-            if self.state.advance(done):
-                self.finished.append(done.table)
-                log.info("incremental snapshot of %s done", done.table)
-        if changed:
-            self._save()
-
-    def _save(self) -> None:
-        if self.state_path is not None:
-            self.state.save(self.state_path)
-
-    # -- progress ------------------------------------------------------------------------------
-    def _count(self, table: str, n: int, dropped: int) -> None:
-        self.rows += n
-        if self._bar is None:
-            self._bar = tqdm(unit="rows", desc=f"incremental snapshot {table}", leave=False,
-                             disable=None if self._progress is None else not self._progress)  # fmt: skip
-        self._bar.update(n)
-        now = time.monotonic()
-        if now - self._logged >= PROGRESS_LOG_SECONDS or not self.active:
-            self._logged = now
-            log.info("incremental snapshot: %s rows copied in this run (%s at its chunk %d; "
-                     "%d of its rows changed by the stream meanwhile)", f"{self.rows:,}", table,
-                     self._chunk_no, dropped)  # fmt: skip
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
 
 
 def start_incremental(
@@ -296,20 +239,10 @@ def start_incremental(
             log.info("PostgreSQL %d has no logical messages in pgoutput: added tables are "
                      "copied before streaming resumes", server)  # fmt: skip
         return None, candidates
-    state = IncrementalState.load(state_path)
-    if state is None or state.source_id not in (None, source_id):
-        state = IncrementalState(source_id=source_id)
-    state.source_id = source_id
-    for gone in [t for t in state.tables if t not in selected]:
-        log.info("incremental snapshot of %s dropped: the table is no longer selected", gone)
-        state.tables.remove(gone)
-    for gone in sorted(committed_tables - set(selected)):
-        log.info("%s is no longer selected: its changes are not replicated any more; its "
-                 "Iceberg table is kept as it is", gone)  # fmt: skip
-    incr = make(state)
+    incr = make(load_incremental_state(state_path, source_id, selected, committed_tables))
     for t in candidates:
         incr.add(t.qualified, "added")
-    incr._save()
+    incr.save()
     return incr, []
 
 

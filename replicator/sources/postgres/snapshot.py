@@ -35,7 +35,7 @@ directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +53,7 @@ from replicator.sources.common.state import JsonStateFile
 from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout, row_sizes
 from replicator.sources.postgres.copy_out import copy_out
 from replicator.sources.postgres.pgoutput import str_to_lsn
+from replicator.sources.postgres.position import PgPosition
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,7 @@ class SnapshotPlan:
 def plan_resumed_snapshot(
     tables: Sequence[TableInfo],
     added: set[str],
-    committed: dict[str, tuple[int | str, ...]],
+    committed: Mapping[str, PgPosition],
     confirmed_lsn: int,
     state: SnapshotState | None,
 ) -> SnapshotPlan | None:
@@ -353,7 +354,7 @@ def plan_resumed_snapshot(
 
     def needs(t: TableInfo) -> bool:
         p = committed.get(t.qualified)
-        return t.qualified in added or p is None or p[0] == snap_lsn
+        return t.qualified in added or p is None or p.lsn == snap_lsn
 
     last_key: list[str | None] | None = None
     if state is not None:
@@ -367,6 +368,6 @@ def plan_resumed_snapshot(
     if not order:
         return None
     # New seqs above every committed one: re-read rows must not be skipped as "done".
-    seqs = [int(p[1]) for p in committed.values() if p[0] == snap_lsn]
+    seqs = [p.seq for p in committed.values() if p.lsn == snap_lsn]
     next_seq = max([s + 1 for s in seqs] + [state.next_seq if state else 0])
     return SnapshotPlan(order, last_key, next_seq)

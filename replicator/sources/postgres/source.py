@@ -41,29 +41,25 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from replicator.checkpoint import EXACT, Checkpoints, ReplayWindow
+from replicator.checkpoint import Checkpoints
 from replicator.errors import TerminalError, TransientError
-from replicator.events.block import BlockRow
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
-from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
+from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.sources.base import LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
+from replicator.sources.common.lifecycle import DatabaseSource
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.postgres import setup, standby
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
     RelState,
     SourceStats,
-    build_rel,
-    make_event,
 )
-from replicator.sources.postgres.copy_chunks import copy_layout
 from replicator.sources.postgres.incremental import (
     PgIncremental,
     discover_tables,
@@ -71,6 +67,7 @@ from replicator.sources.postgres.incremental import (
 )
 from replicator.sources.postgres.partitions import PartitionWatch
 from replicator.sources.postgres.pgoutput import PgOutputMessage, TupleData, decode
+from replicator.sources.postgres.position import POSTGRES, PgPosition
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
     check_failover_supported,
@@ -86,9 +83,9 @@ from replicator.sources.postgres.snapshot import (
     SnapshotReader,
     SnapshotState,
     plan_resumed_snapshot,
-    table_columns,
     text_loaders,
 )
+from replicator.sources.postgres.snapshot_phase import PgSnapshotPhase
 from replicator.sources.postgres.streamed import (
     STREAM_KINDS,
     StreamedStats,
@@ -96,7 +93,7 @@ from replicator.sources.postgres.streamed import (
     StreamingMode,
     streaming_enabled,
 )
-from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
+from replicator.sources.postgres.toast import RowCache
 from replicator.sources.postgres.types import (
     UNCONSTRAINED_NUMERIC,
     TypeMapper,
@@ -109,7 +106,7 @@ log = logging.getLogger(__name__)
 __all__ = ["PostgresSource", "SourceStats"]
 
 
-class PostgresSource(ChangeSource):
+class PostgresSource(PgSnapshotPhase, DatabaseSource):
     kind = "postgres"
 
     def __init__(
@@ -189,15 +186,8 @@ class PostgresSource(ChangeSource):
         except psycopg.OperationalError as exc:
             raise TransientError(f"cannot connect to PostgreSQL: {exc}") from exc
 
-    def start(self, checkpoints: Checkpoints) -> None:
-        try:
-            self._start(checkpoints)
-        except BaseException:
-            self.close()  # releases the fence: a failed check must not block the next try
-            raise
-
     def _start(self, checkpoints: Checkpoints) -> None:
-        committed = {t: p.parts for t, p in checkpoints.positions("postgres").items()}
+        committed = {t: PgPosition.of(p) for t, p in checkpoints.positions(POSTGRES).items()}
         self._checkpointed = sorted(committed)
         conn = self._conn = self._connect()
         sb = self._standby = standby.detect(conn, self.primary_dsn)
@@ -282,7 +272,7 @@ class PostgresSource(ChangeSource):
 
     def _start_incremental(
         self, plan: SnapshotPlan | None, state: SnapshotState | None,
-        committed: dict[str, tuple[int | str, ...]],
+        committed: dict[str, PgPosition],
     ) -> SnapshotPlan | None:  # fmt: skip
         """Tables new to the stream are copied incrementally (``incremental.py``) when the
         server can; the rest of ``plan`` (an interrupted initial snapshot) as before."""
@@ -293,7 +283,7 @@ class PostgresSource(ChangeSource):
         # Only a pipeline that already holds tables adds some: a first copy (nothing
         # committed anywhere) stays one snapshot before streaming.
         new = [t for t in order if committed and t.qualified not in initial
-               and (committed.get(t.qualified) or (None,))[0] != snap_lsn]  # fmt: skip
+               and _lsn(committed.get(t.qualified)) != snap_lsn]  # fmt: skip
         asm = self._asm
         path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
         if self._standby is not None and path is not None:
@@ -329,87 +319,6 @@ class PostgresSource(ChangeSource):
             log.info("new table %s in the source: copied while the others stream", t.qualified)
             self._incr.add(t.qualified, "added")
             self.replay = replace(self.replay, snapshot_rows=True)
-
-    def request_snapshot(self, tables: Sequence[str], reason: str) -> list[str]:
-        """Copy ``tables`` again, incrementally, while streaming (a running engine's
-        resnapshot); returns the ones that cannot be (not selected, or no incremental
-        snapshots on this server / without a state directory)."""
-        with self._lock:
-            if self._incr is None:
-                return list(tables)
-            refused = [t for t in tables if t not in self._tables]
-            for t in tables:
-                if t in self._tables:
-                    self._incr.add(t, reason)
-            self.replay = replace(self.replay, snapshot_rows=True)
-            return refused
-
-    @property
-    def incremental_pending(self) -> list[str]:
-        """Tables whose incremental snapshot is not committed yet, and tables this source
-        does not replicate (a copy of theirs cannot be complete either)."""
-        with self._lock:
-            pending = list(self._incr.state.tables) if self._incr is not None else []
-            return pending + [t for t in self._checkpointed if t not in self._tables]
-
-    @property
-    def incremental_active(self) -> bool:
-        """An incremental snapshot has rows not yet committed (or chunks not yet read)."""
-        return self._incr is not None and self._incr.active
-
-    @property
-    def incremental_finished(self) -> list[str]:
-        """Tables whose incremental snapshot is committed, once each (taken by the caller)."""
-        with self._lock:
-            if self._incr is None:
-                return []
-            out, self._incr.finished = self._incr.finished, []
-            return out
-
-    def _begin_snapshot(
-        self,
-        order: list[setup.TableInfo],
-        snapshot_name: str | None,
-        last_key: list[str | None] | None,
-        next_seq: int,
-    ) -> None:
-        assert self._text_conn is not None and self._conn is not None and self._asm is not None
-        self._snap_lsn = snap_lsn = self._confirmed - 1
-        columns = {t.qualified: table_columns(self._conn, t) for t in order}
-        reader = SnapshotReader(
-            self._text_conn, order, columns, self.snapshot_chunk_rows,
-            last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
-        )  # fmt: skip
-        bound = reader.begin(snapshot_name)
-        if bound is not None:
-            # A fresh snapshot is newer than the slot: rows it saw can come again from the
-            # stream. Every commit it sees has its commit record below ``bound`` (see
-            # ``SnapshotReader.begin``; safe under synchronous_commit = off).
-            until = SourcePosition(source="postgres", parts=(bound, 2**62))
-            self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
-        else:
-            self.replay = EXACT  # exported by the slot: exactly its start point
-        self._snap = reader
-        for t in order:
-            cols = columns[t.qualified]
-            # The stream's key (changes.key_for): identity index, else primary key.
-            rel = self._snap_rels[t.qualified] = build_rel(
-                self._asm.mapper, t.qualified, cols, t.key_columns
-            )
-            layout = copy_layout(rel, t.key_columns) if self.snapshot_copy else None
-            if layout is not None and t.key_columns:
-                reader.layouts[t.qualified] = layout
-        reader.big_row_chars = ROW_CACHE_MIN_CHARS
-        self._snap_state = SnapshotState(
-            self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
-            source_id=self.source_id,
-        )  # fmt: skip
-        if self.state_path:
-            self._snap_state.save(self.state_path)
-        self._cursor = SnapshotCursor(
-            reader.chunks(), total=reader.estimated_rows(), desc=f"snapshot {self.slot}",
-            progress=self.progress,
-        )  # fmt: skip
 
     def close(self) -> None:
         with self._lock:
@@ -449,85 +358,11 @@ class PostgresSource(ChangeSource):
         return lsn_position(self._reached)
 
     # -- polling --------------------------------------------------------------------------------
-    def poll(self) -> Iterator[ChangeEvent]:
+    def _before_poll(self) -> None:
         if self._conn is None:
             raise TerminalError("PostgresSource.poll() before start() (or after close())")
         if self._partitions is not None and self._partitions.due():
             self._partitions.check(self._conn)  # ATTACH/DETACH send no rows: at least say so
-        if self._cursor is not None:
-            yield from self._poll_snapshot()
-        else:
-            yield from self._poll_stream()
-
-    def _poll_snapshot(self) -> Iterator[ChangeEvent]:
-        assert self._cursor is not None and self._asm is not None
-        n = 0
-        while n < self.poll_max_messages:
-            got = self._cursor.next_rows(self.poll_max_messages - n)
-            if got is None:
-                self._end_snapshot()
-                return
-            chunk, start, stop = got
-            n += stop - start
-            if chunk.block is not None:
-                yield from self._block_events(chunk, start, stop)
-                continue
-            for i in range(start, stop):
-                seq = chunk.first_seq + i
-                ev = self._snapshot_event(chunk, chunk.rows[i], seq)
-                if ev is not None:
-                    assert self._snap_lsn is not None
-                    self._asm.last_out = (self._snap_lsn, seq)
-                    self._snap_last_seq = seq
-                    yield ev
-
-    def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
-        """Rows ``start:stop`` of a chunk read as Arrow: events whose ``after`` is a view
-        of the block (``events.block``). Every value converted, so no dead letters here."""
-        block = chunk.block
-        assert block is not None and self._snap_lsn is not None and self._asm is not None
-        rel = self._snap_rels[chunk.table.qualified]
-        lsn, table, schema, first = self._snap_lsn, rel.table, rel.schema, chunk.first_seq
-        for i, key, size in chunk.big_rows or ():  # the TOAST row cache, as row by row
-            if start <= i < stop:
-                self._toast.put((table, key), dict(block.row(i)), size)
-        rows = map(BlockRow, repeat(block), range(start, stop))
-        events = read_events(table, schema, rows, "postgres", zip(repeat(lsn), range(first + start, first + stop)))
-        asm, stats, seq = self._asm, self.stats, first + start
-        for ev in events:
-            # The last event's position must be set before it is handed out (a consumer may
-            # stop after any event): so per event, as row by row.
-            asm.last_out = (lsn, seq)
-            self._snap_last_seq = seq
-            stats.snapshot_rows += 1
-            seq += 1
-            yield ev
-
-    def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
-        rel = self._snap_rels[chunk.table.qualified]
-        assert rel.rows is not None and self._snap_lsn is not None and self._asm is not None
-        parts = (self._snap_lsn, seq)
-        try:
-            after = rel.rows.convert(row)
-        except ValueConversionError as exc:
-            self._asm.dead_letter(rel, row, parts, exc)
-            return None
-        size = row_chars(row)
-        if size >= ROW_CACHE_MIN_CHARS:
-            self._toast.put((rel.table, tuple(row[i] for i in rel.key_idx)), after, size)
-        self.stats.snapshot_rows += 1
-        return make_event(rel.table, Op.READ, None, after, parts, rel.schema, None, None, True)
-
-    def _end_snapshot(self) -> None:
-        assert self._snap is not None
-        self._snap.finish()
-        self._snap_read_all = True
-        with self._lock:
-            self._maybe_complete_snapshot()
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
-        log.info("snapshot done: %d rows", self.stats.snapshot_rows)
 
     def _open_stream(self) -> None:
         assert self._asm is not None
@@ -616,7 +451,7 @@ class PostgresSource(ChangeSource):
             incr.on_event(ev)
             yield ev
         for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
-            asm.last_out = tuple(int(p) for p in ev.position.parts)
+            asm.last_out = PgPosition.of(ev.position)
             yield ev
 
     def _fetch_current(self, rel: RelState, new: TupleData, cols: list[int]) -> list[Any] | None:
@@ -641,16 +476,14 @@ class PostgresSource(ChangeSource):
 
     # -- acknowledgements -----------------------------------------------------------------------
     def acknowledge(self, position: SourcePosition) -> None:
-        if position.source != "postgres":
-            raise TypeError(f"not a postgres position: {position}")
-        parts = tuple(int(p) for p in position.parts)
+        at = PgPosition.of(position)
         with self._lock:
-            if parts > self._acked:
-                self._acked = parts
-            if parts[0] == self._snap_lsn:
-                self._ack_snapshot(parts[1])
+            if at > self._acked:
+                self._acked = at
+            if at.lsn == self._snap_lsn:
+                self._ack_snapshot(at.seq)
             elif self._asm is not None:
-                lsn, idx = parts
+                lsn, idx = at
                 ends = self._asm.tx_ends
                 end = ends.get(lsn)
                 # The whole transaction is durable: resume after its commit record; else at
@@ -659,41 +492,12 @@ class PostgresSource(ChangeSource):
                 for k in [k for k in ends if k <= lsn]:
                     del ends[k]
                 if self._incr is not None:
-                    self._incr.acknowledge(parts)
+                    self._incr.acknowledge(at)
                 if self._snap_state is not None and not self._snap_state.complete:
                     self._snap_state.complete = True
                     if self.state_path:
                         self._snap_state.save(self.state_path)
             self._advance_idle()
-
-    def _maybe_complete_snapshot(self) -> None:
-        """Every row is read and every row handed out is committed: record the snapshot as
-        complete now, not only at the first streamed acknowledgement (which may never come
-        in this process; a restart would then take the finished snapshot for a half-read one)."""
-        st = self._snap_state
-        if st is None or st.complete or not self._snap_read_all:
-            return
-        if self._snap_acked_seq >= self._snap_last_seq:
-            st.complete = True
-            st.table_index = len(st.tables)
-            if self.state_path:
-                st.save(self.state_path)
-
-    def _ack_snapshot(self, seq: int) -> None:
-        self._snap_acked_seq = max(self._snap_acked_seq, seq)
-        self._maybe_complete_snapshot()
-        if self._snap is None or self._snap_state is None or self._snap_state.complete:
-            return
-        b = self._snap.boundaries.resume_point(seq)
-        if b is None:
-            return
-        st = self._snap_state
-        st.table_index = b.table_index
-        st.last_key = list(b.last_key) if b.last_key is not None else None
-        st.next_seq = self._snap.next_seq
-        st.complete = b.table_index >= len(st.tables)
-        if self.state_path:
-            st.save(self.state_path)
 
     def keepalive(self) -> None:
         """The pipeline is busy (not polling): report the confirmed position again so the
@@ -724,11 +528,6 @@ class PostgresSource(ChangeSource):
 
     # -- introspection --------------------------------------------------------------------------
     @property
-    def snapshot_in_progress(self) -> bool:
-        # An incremental snapshot too: a table partly copied makes no consistent cut.
-        return self._cursor is not None or (self._incr is not None and self._incr.active)
-
-    @property
     def streamed_stats(self) -> StreamedStats | None:
         """Counters of streamed in-progress transactions; None when streaming is off."""
         return self._streamed.stats if self._streamed is not None else None
@@ -737,6 +536,10 @@ class PostgresSource(ChangeSource):
     def confirmed_lsn(self) -> int:
         """The slot position this source has reported as durable."""
         return self._confirmed
+
+
+def _lsn(position: PgPosition | None) -> int | None:
+    return None if position is None else position.lsn
 
 
 def _keepalive_seconds(conn: psycopg.Connection[Any]) -> float:

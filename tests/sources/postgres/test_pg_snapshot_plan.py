@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from replicator.sources.postgres.position import PgPosition as P
 from replicator.sources.postgres.setup import TableInfo
 from replicator.sources.postgres.snapshot import SnapshotState, plan_resumed_snapshot
 
@@ -11,14 +12,14 @@ C = 1000  # the slot's confirmed position; snapshot rows sit at C - 1
 
 
 def test_nothing_to_do_once_streamed() -> None:
-    committed = {"public.a": (2000, 0), "public.b": (C - 1, 7)}
+    committed = {"public.a": P(2000, 0), "public.b": P(C - 1, 7)}
     assert plan_resumed_snapshot([A], set(), committed, 3000, None) is None
     # b's committed position is a snapshot position of an older confirmed point: done.
     assert plan_resumed_snapshot([A, B], set(), committed, 3000, None) is None
 
 
 def test_without_state_incomplete_tables_are_redone_above_committed_seqs() -> None:
-    plan = plan_resumed_snapshot([A, B], set(), {"public.a": (C - 1, 41)}, C, None)
+    plan = plan_resumed_snapshot([A, B], set(), {"public.a": P(C - 1, 41)}, C, None)
     assert plan is not None
     assert [t.name for t in plan.tables] == ["a", "b"] and plan.last_key is None
     assert plan.next_seq == 42
@@ -26,7 +27,7 @@ def test_without_state_incomplete_tables_are_redone_above_committed_seqs() -> No
 
 def test_state_resumes_at_key_and_adds_new_tables() -> None:
     state = SnapshotState("s", C - 1, ["public.a"], 0, ["20"], next_seq=25)
-    plan = plan_resumed_snapshot([A, B], set(), {"public.a": (C - 1, 24)}, C, state)
+    plan = plan_resumed_snapshot([A, B], set(), {"public.a": P(C - 1, 24)}, C, state)
     assert plan is not None
     assert [t.name for t in plan.tables] == ["a", "b"] and plan.last_key == ["20"]
     assert plan.next_seq == 25
@@ -34,7 +35,7 @@ def test_state_resumes_at_key_and_adds_new_tables() -> None:
 
 def test_complete_state_and_added_table() -> None:
     state = SnapshotState("s", C - 1, ["public.a"], 1, None, next_seq=99, complete=True)
-    committed = {"public.a": (C - 1, 98), "public.b": (1500, 0)}
+    committed = {"public.a": P(C - 1, 98), "public.b": P(1500, 0)}
     assert plan_resumed_snapshot([A, B], set(), committed, C, state) is None
     plan = plan_resumed_snapshot([A, B], {"public.b"}, committed, C, state)
     assert plan is not None and [t.name for t in plan.tables] == ["b"]
@@ -42,4 +43,4 @@ def test_complete_state_and_added_table() -> None:
 
 def test_state_of_a_moved_slot_is_ignored() -> None:
     state = SnapshotState("s", C - 1, ["public.a"], 0, ["20"], next_seq=25)
-    assert plan_resumed_snapshot([A], set(), {"public.a": (1500, 3)}, 2000, state) is None
+    assert plan_resumed_snapshot([A], set(), {"public.a": P(1500, 3)}, 2000, state) is None

@@ -8,158 +8,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from replicator import secrets
+from replicator.config.base import Strict as _Strict
+
+# The source models live in config/source.py; imported from here as before.
+from replicator.config.source import MIN_HASH_KEY_CHARS as MIN_HASH_KEY_CHARS
+from replicator.config.source import SOURCE_KINDS
+from replicator.config.source import ColumnRules as ColumnRules
+from replicator.config.source import DebeziumSourceConfig as DebeziumSourceConfig
+from replicator.config.source import MySQLSourceConfig as MySQLSourceConfig
+from replicator.config.source import PostgresSourceConfig as PostgresSourceConfig
+from replicator.config.source import SourceConfig as SourceConfig
+from replicator.config.source import redact_dsn as redact_dsn
 from replicator.errors import ConfigError
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# A shorter key makes the hashes of guessable values (emails, names) easy to brute-force.
-MIN_HASH_KEY_CHARS = 16
-
-
-class ColumnRules(_Strict):
-    """Columns of one source table kept out of the lakehouse (README "Columns")."""
-
-    exclude: tuple[str, ...] = Field((), description="columns never replicated")
-    hash: tuple[str, ...] = Field(
-        (), description="columns replicated as a keyed hash (HMAC-SHA256, hex) of their value"
-    )
-
-    @model_validator(mode="after")
-    def _disjoint(self) -> ColumnRules:
-        both = sorted(set(self.exclude) & set(self.hash))
-        if both:
-            raise ValueError(f"column(s) {', '.join(both)} both excluded and hashed: choose one")
-        if any(not c for c in (*self.exclude, *self.hash)):
-            raise ValueError("empty column name")
-        return self
-
-
-class PrimaryConfig(_Strict):
-    """``source.primary``: the primary server of a standby the Postgres source reads from
-    (README "Reading from a standby"). Used only for what a read-only standby cannot do:
-    CREATE/ALTER PUBLICATION, ``pg_log_standby_snapshot()`` while a slot is created, and a
-    strictly increasing fencing token (``pg_current_xact_id()``)."""
-
-    # repr=False: the DSN may hold a password (registered with the scrubber at load).
-    dsn: str = Field(
-        repr=False, min_length=1,
-        description="connection string of the primary (same database and a role that may "
-        "create publications)",
-    )
-
-    @field_validator("dsn")
-    @classmethod
-    def _parses(cls, dsn: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict  # local: config loads without a driver
-
-        try:
-            conninfo_to_dict(dsn)
-        except Exception:  # noqa: BLE001 - its message may quote the password
-            raise ValueError(
-                "source.primary.dsn is not a PostgreSQL connection string (key=value pairs "
-                "or a postgresql:// URI)"
-            ) from None
-        return dsn
-
-
-class SourceConfig(_Strict):
-    type: Literal["debezium-json", "postgres", "mysql"]
-    path: Path | None = Field(None, description="debezium-json: a .jsonl file or a folder of them")
-    dsn: str | None = Field(None, description="postgres/mysql connection string")
-    tables: tuple[str, ...] | None = Field(None, description="source tables to replicate (default: all)")
-    primary_keys: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict, description="key columns per source table, for input without keys"
-    )
-    columns: dict[str, ColumnRules] = Field(
-        default_factory=dict,
-        description="per source table: columns to exclude or to hash (keys can be neither)",
-    )
-    hash_key_env: str = Field(
-        "REPLICATOR_HASH_KEY",
-        description="environment variable holding the key of hashed columns (kept secret)",
-    )
-    slot: str = "replicator"
-    publication: str = "replicator"
-    failover_slot: bool = Field(
-        False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
-        "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
-        "on a promoted standby; refused on older servers",
-    )
-    primary: PrimaryConfig | None = Field(
-        None, description="postgres, when source.dsn is a standby (PostgreSQL 16+): the "
-        "primary, used only to create the publication, to speed up slot creation and for "
-        "the fencing token; without it the publication must exist already",
-    )
-    snapshot_copy: bool = Field(
-        True, description="postgres: read initial-snapshot chunks with COPY into Arrow columns "
-        "(false: row by row through a server-side cursor)",
-    )
-    streaming: Literal["auto", "on", "off"] = Field(
-        "auto", description="postgres: stream in-progress transactions (pgoutput protocol 2): "
-        "the server sends a transaction larger than its logical_decoding_work_mem while it "
-        "runs instead of decoding it whole to its own disk first; the engine keeps it in "
-        "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
-        "refused on older servers",
-    )
-    server_id: int = 4242
-    zero_dates: Literal["null", "dead-letter"] = Field(
-        "null",
-        description="mysql: a zero or invalid date ('0000-00-00', stored under a permissive "
-        "sql_mode) in a non-key column becomes NULL ('null'), or makes its row a bad change "
-        "('dead-letter': an insert is dead-lettered; an update or delete follows "
-        "errors.on_bad_change). In a key column it is always a bad change",
-    )
-    row_decoder: Literal["fast", "library"] = Field(
-        "fast",
-        description="mysql: 'fast' decodes binlog row images of the common column types "
-        "directly (other types and special values go the library way); 'library': "
-        "mysql-replication decodes every row (the reference path, slower)",
-    )
-    delivery: Literal["at-least-once", "exactly-once"] = Field(
-        "at-least-once",
-        description="debezium-json: how the records were delivered. Kafka (and Debezium "
-        "Server) deliver at least once, so inserts are applied as upserts; say exactly-once "
-        "only for input known to hold each change once (e.g. Kafka Connect exactly-once "
-        "source support)",
-    )
-
-    @field_validator("streaming", mode="before")
-    @classmethod
-    def _streaming_words(cls, v: object) -> object:
-        # YAML 1.1 reads a bare on/off as a boolean: take it as the word that was written.
-        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
-
-    @model_validator(mode="after")
-    def _needs_location(self) -> SourceConfig:
-        if self.type == "debezium-json" and self.path is None:
-            raise ValueError("source.path is required for source.type 'debezium-json'")
-        if self.type in ("postgres", "mysql") and not self.dsn:
-            raise ValueError(f"source.dsn is required for source.type '{self.type}'")
-        if self.primary is not None and self.type != "postgres":
-            raise ValueError("source.primary is for source.type 'postgres' (reading from a standby)")
-        hashed = sorted(t for t, r in self.columns.items() if r.hash)
-        if hashed:
-            key = os.environ.get(self.hash_key_env, "")
-            if len(key) < MIN_HASH_KEY_CHARS:
-                raise ValueError(
-                    f"source.columns hashes columns of {', '.join(hashed)}: set environment variable "
-                    f"{self.hash_key_env} to a secret key of at least {MIN_HASH_KEY_CHARS} characters "
-                    f"({'it is not set' if not key else 'it is too short'}; source.hash_key_env names another)"
-                )
-        return self
-
-    def hash_key(self) -> bytes | None:
-        """The key of hashed columns (checked at load), or None when nothing is hashed."""
-        if not any(r.hash for r in self.columns.values()):
-            return None
-        return os.environ[self.hash_key_env].encode()
-
 
 _PARTITION_FIELD = re.compile(r"^\s*(?:(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([^(),\s]+)\s*\)|([^(),\s]+))\s*$")
 _SORT_FIELD = re.compile(r"^\s*([^\s(),]+)(?:\s+(asc|desc))?\s*$", re.IGNORECASE)
@@ -559,19 +422,41 @@ def load_config(path: Path) -> RunConfig:
     except ValidationError as exc:
         lines = [f"config file {path} is invalid:"]
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {err['msg']}")
+            lines.append(f"  {_error_line(err, raw)}")
         raise ConfigError("\n".join(lines)) from None
     register_secrets(cfg)
     return cfg
 
 
+def _error_line(err: Any, raw: Any) -> str:
+    """One validation error for people: the key as written (``source.server_id``, not the
+    union branch pydantic names) and, under ``source``, which kind of source it is about."""
+    loc = tuple(str(p) for p in err["loc"])
+    msg = err["msg"]
+    if loc[:1] == ("source",) and len(loc) >= 2 and loc[1] in SOURCE_KINDS:
+        kind, loc = loc[1], ("source", *loc[2:])
+        key = ".".join(loc)
+        known = ", ".join(sorted(n for n in SOURCE_KINDS[kind].model_fields if n != "type"))
+        if err["type"] == "extra_forbidden" and len(loc) == 2:
+            return f"{key}: not a setting of source.type '{kind}' (its settings: {known})"
+        if err["type"] == "missing" and len(loc) == 2:
+            return f"{key} is required for source.type '{kind}'"
+        return f"{key} (source.type '{kind}'): {msg}"
+    if loc == ("source",) and err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        kinds = ", ".join(repr(k) for k in SOURCE_KINDS)
+        got = raw.get("source", {}).get("type") if isinstance(raw.get("source"), dict) else None
+        said = "is missing" if got is None else f"is {got!r}"
+        return f"source.type {said}: one of {kinds}"
+    return f"{'.'.join(loc) or '(top level)'}: {msg}"
+
+
 def register_secrets(cfg: RunConfig) -> None:
     """Tell the scrubber every secret this config holds (see replicator.secrets)."""
     secrets.register(secrets.secrets_in(cfg.iceberg.catalog_properties))
-    secrets.register(secrets.secrets_in_text(cfg.source.dsn or ""))
-    if cfg.source.primary is not None:
-        secrets.register(secrets.secrets_in_text(cfg.source.primary.dsn))
+    if cfg.source.type != "debezium-json":
+        secrets.register(secrets.secrets_in_text(cfg.source.dsn))
+        if cfg.source.type == "postgres" and cfg.source.primary is not None:
+            secrets.register(secrets.secrets_in_text(cfg.source.primary.dsn))
 
 
 # `${NAME}` takes the value of environment variable NAME; `$${` is a literal `${`.
@@ -638,9 +523,3 @@ def _absolute_sqlite(uri: Any, base: Path) -> Any:
     if isinstance(uri, str) and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return "sqlite:///" + str((base / uri[len("sqlite:///"):]).resolve())
     return uri
-
-
-def redact_dsn(dsn: str) -> str:
-    """Hide the password in a DSN/URI for logs (secrets are never printed)."""
-    dsn = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)

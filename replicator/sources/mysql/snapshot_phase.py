@@ -1,0 +1,223 @@
+"""The initial snapshot of ``MySQLSource``: begin it in one consistent snapshot at a binlog
+point (decoding hints seeded into the schema history), hand out its rows as 'r' events
+positioned at that point (``position.py``), and hand over to the binlog stream at its end.
+Restart rules and resume state: ``snapshot.py``.
+
+A mixin of ``MySQLSource`` (the snapshot half of its lifecycle, ``sources.common.lifecycle``):
+it shares the source's connections, converters, history and state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from replicator.checkpoint import ReplayWindow
+from replicator.events.deadletter import DeadLetterSink
+from replicator.events.model import ChangeEvent, Op
+from replicator.sources.common.snapshot import SnapshotCursor
+from replicator.sources.mysql import setup
+from replicator.sources.mysql.emit import SourceStats, dead_letter, make_event
+from replicator.sources.mysql.position import (
+    SNAPSHOT_BASE,
+    BinlogPoint,
+    BinlogPosition,
+    snapshot_parts,
+)
+from replicator.sources.mysql.schema_history import SchemaHistory, hints_from_columns
+from replicator.sources.mysql.snapshot import (
+    Chunk,
+    SnapshotReader,
+    SnapshotState,
+    SnapTable,
+    describe_tables,
+    encode_key,
+    open_consistent_snapshot,
+    snap_table,
+)
+from replicator.sources.mysql.types import ColumnDef, RowConverter, ValueConversionError
+
+log = logging.getLogger(__name__)
+
+
+class MySnapshotPhase:
+    """The snapshot steps of ``MySQLSource`` (its attributes, declared here for them)."""
+
+    params: setup.ConnParams
+    server: setup.ServerInfo | None
+    source_id: str | None
+    history: SchemaHistory
+    zero_dates: str
+    progress: bool | None
+    snapshot_chunk_rows: int
+    poll_max_events: int
+    snapshot_path: Path | None
+    offsets_path: Path | None
+    replay: ReplayWindow
+    dead_letters: DeadLetterSink
+    stats: SourceStats
+    _conn: pymysql.Connection[Any] | None
+    _defs: dict[str, list[ColumnDef]]
+    _converters: list[RowConverter]
+    _committed: dict[str, BinlogPosition]
+    _resume: BinlogPoint
+    _snap: SnapshotReader | None
+    _cursor: SnapshotCursor[Chunk] | None
+    _snap_point: BinlogPoint | None
+    _snap_state: SnapshotState | None
+
+    def _begin_snapshot(
+        self,
+        order: list[setup.TableInfo],
+        point: BinlogPoint | None,
+        last_key: tuple[Any, ...] | None,
+        next_seq: int,
+    ) -> None:
+        assert self.server is not None and self._conn is not None
+        conn = setup.connect(self.params)
+        try:
+            snap_at = BinlogPoint(*open_consistent_snapshot(conn, self.server.is_mariadb))
+            defs = describe_tables(conn, order)  # right after the snapshot opened: see history
+        except BaseException:
+            conn.close()
+            raise
+        if point is None:  # a fresh start: the stream continues where the snapshot was taken
+            point = snap_at
+        else:
+            # Newer than the resume point: the stream repeats what the snapshot saw, i.e. every
+            # transaction written before its binlog point (inserts must become upserts).
+            self.replay = ReplayWindow(
+                snapshot_rows=True,
+                changes_until=BinlogPosition(*snap_at, -1).source_position(),
+            )
+            if self.offsets_path is not None:  # from an earlier life of these tables
+                self.offsets_path.unlink(missing_ok=True)
+        log.info(
+            "snapshot of %d table(s) at %s:%d (binlog resumes at %s:%d)",
+            len(order),
+            *snap_at,
+            *point,
+        )
+        tables: list[SnapTable] = []
+        for t in order:
+            cols = defs[t.qualified]
+            if not self.history.version(t.qualified):
+                self.history.record(
+                    t.qualified,
+                    hints_from_columns((d.name, d.is_bool, d.is_json) for d in cols),
+                    (*point, SNAPSHOT_BASE - 1),
+                )
+            hints = self.history.get(t.qualified)  # the stream decodes with the same hints
+            cols = [
+                replace(
+                    d,
+                    is_bool=d.data_type == "tinyint" and hints.is_bool(d.name),
+                    is_json=d.data_type == "json"
+                    or (d.data_type == "text" and hints.is_json(d.name)),
+                )
+                for d in cols
+            ]
+            st = snap_table(t, cols, self.zero_dates)
+            self._converters.append(st.rows)
+            tables.append(st)
+        self._resume = point
+        self._snap_point = point
+        reader = SnapshotReader(
+            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq
+        )
+        self._snap = reader
+        self._snap_state = SnapshotState(
+            list(point),
+            [t.qualified for t in order],
+            0,
+            encode_key(last_key) if last_key else None,
+            next_seq,
+            source_id=self.source_id,
+        )
+        if self.snapshot_path:
+            self._snap_state.save(self.snapshot_path)
+        self._cursor = SnapshotCursor(
+            reader.chunks(),
+            total=reader.estimated_rows(),
+            desc="snapshot mysql",
+            progress=self.progress,
+        )
+
+    def _seed_history(self, infos: list[setup.TableInfo], at: BinlogPoint) -> None:
+        """Hints for tables the history does not know yet (information_schema at start)."""
+        known = self.history.load((*at, SNAPSHOT_BASE - 1))
+        for t in infos:
+            if t.qualified not in known:
+                defs = self._defs[t.qualified]
+                self.history.record(
+                    t.qualified,
+                    hints_from_columns((d.name, d.is_bool, d.is_json) for d in defs),
+                    (*at, SNAPSHOT_BASE - 1),
+                )
+
+    def _snap_table(self, conn: Any, info: setup.TableInfo) -> SnapTable:
+        """How a chunk of ``info`` is read and converted now (hints as the stream's)."""
+        cols = describe_tables(conn, [info])[info.qualified]
+        hints = self.history.get(info.qualified)
+        cols = [
+            replace(d, is_bool=d.data_type == "tinyint" and hints.is_bool(d.name),
+                    is_json=d.data_type == "json" or (d.data_type == "text" and hints.is_json(d.name)))
+            for d in cols
+        ]  # fmt: skip
+        return snap_table(info, cols, self.zero_dates)
+
+    def _dead_letter_row(
+        self, t: SnapTable, row: tuple[Any, ...], parts: tuple[Any, ...], exc: ValueConversionError
+    ) -> None:
+        names = t.rows.names
+        dead_letter(self.dead_letters, self.stats, t.info.qualified, t.schema,
+                    dict(zip(names, row, strict=False)), parts, exc)  # fmt: skip
+
+    def _poll_snapshot(self) -> Iterator[ChangeEvent]:
+        assert self._snap_point is not None
+        file, pos = self._snap_point
+        n = 0
+        while n < self.poll_max_events:
+            row = self._cursor.next_row() if self._cursor is not None else None
+            if row is None:
+                self._end_snapshot()
+                return
+            chunk, i = row
+            n += 1
+            t = chunk.table
+            parts = snapshot_parts(file, pos, chunk.first_seq + i)
+            done = self._committed.get(t.info.qualified)
+            if done is not None and parts <= done:
+                self.stats.skipped += 1
+                continue
+            try:
+                after = t.rows.from_snapshot(chunk.rows[i])
+            except ValueConversionError as exc:
+                names = t.rows.names
+                dead_letter(
+                    self.dead_letters,
+                    self.stats,
+                    t.info.qualified,
+                    t.schema,
+                    dict(zip(names, chunk.rows[i], strict=False)),
+                    parts,
+                    exc,
+                )
+                continue
+            self.stats.snapshot_rows += 1
+            yield make_event(
+                t.info.qualified, Op.READ, None, after, parts, t.schema, None, None, True
+            )
+
+    def _end_snapshot(self) -> None:
+        if self._snap is not None:
+            self._snap.finish()
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
+        log.info("snapshot done: %d rows", self.stats.snapshot_rows)
