@@ -53,8 +53,8 @@ from ops_mapping.contract import (
     OP_COLUMN,
     OPS,
     POSITION_DELETE_INDEX_SCHEMA,
-    RESERVED_PREFIX,
     POSITION_DELETE_PATH_SCHEMA,
+    RESERVED_PREFIX,
     SEQ_COLUMN,
     TABLE_ROW_PATH_COLUMN,
     TABLE_ROW_POS_COLUMN,
@@ -176,9 +176,12 @@ class BatchMapper:
         keys = [self._key_typed_column(rows.column(k), k) for k in self.key_columns]
         paths = rows.column(TABLE_ROW_PATH_COLUMN).to_pylist()
         positions = rows.column(TABLE_ROW_POS_COLUMN).to_pylist()
-        out = dict(zip(_key_values(keys), zip(paths, positions, strict=True), strict=True))
+        values = _key_values(keys)
+        out = dict(zip(values, zip(paths, positions, strict=True), strict=True))
         if len(out) != rows.num_rows:
-            raise OpsMappingError("table_rows names a key twice (one live row per key)")
+            seen: set[Hashable] = set()
+            twice = next(k for k in values if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise OpsMappingError(f"table_rows names key {twice!r} twice (one live row per key)")
         return out
 
     def _in_table(self, equality: pa.Table) -> list[tuple[str, int]]:

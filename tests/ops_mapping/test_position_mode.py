@@ -6,7 +6,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from ops_mapping import OP_COLUMN, SEQ_COLUMN, BatchMapper, MappingPolicy, OpsMappingError, before_key_column
+from ops_mapping import (
+    OP_COLUMN,
+    SEQ_COLUMN,
+    BatchMapper,
+    MappingPolicy,
+    OpsMappingError,
+    before_key_column,
+)
 from ops_mapping.contract import TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN
 
 DATA = pa.schema([("id", pa.int64()), ("v", pa.string())])
