@@ -558,6 +558,7 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
         part.totals.commit_seconds += time.perf_counter() - t0
     state.table = table.refresh()
     if positions is not None and env.indexes is not None:
+        env.crash("index-behind")
         head = state.table.metadata.snapshot_by_name(target_branch(state.table))
         assert head is not None
         env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
