@@ -26,13 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from ops_mapping import MappingPolicy
-from ops_mapping.contract import TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN
 from replicator.checkpoint import (
     BatchPlan,
     Checkpoint,
@@ -85,7 +83,7 @@ from replicator.pipeline.chunks import (
     same_layout,
 )
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.pk_indexes import Positions, TableIndexes, candidate_keys
+from replicator.pipeline.pk_indexes import Positions, TableIndexes
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
@@ -334,30 +332,13 @@ def _prepare(
 
 def _earlier_rows(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> Positions:
     """Position mode: where the rows of earlier batches are that this batch's events (and
-    its staged chunks) may delete, looked up in the table's index at the head read."""
+    its staged chunks, read one at a time) may delete, at the head read."""
     assert env.indexes is not None
-    state = part.state
-    keys = state.key_columns
-    if part.truncate:  # the commit empties the table first: no earlier row to delete
-        types = {k: staged.table.schema.field(k).type for k in keys}
-        return Positions(part.head_id, _no_rows(pa.table({k: pa.array([], t) for k, t in types.items()})), {})
-    tables = [candidate_keys(staged.table, keys, part.policy)]
-    if part.chunks and env.chunk_store is not None:
-        io_props = file_io_properties(state.table.io.properties)
-        tables += [candidate_keys(env.chunk_store.read(c, io_props), keys, part.policy) for c in part.chunks]
-    wanted = pa.concat_tables([t.cast(tables[0].schema) for t in tables])
-    if len(tables) > 1:  # a key in several chunks is looked up once
-        wanted = wanted.group_by(list(keys), use_threads=False).aggregate([]).select(list(keys))
-    positions = env.indexes.lookup(state, part.head_id, wanted)
-    log.debug("%s: %d of %d keys hold a row of an earlier batch at snapshot %s", state.identifier,
-              positions.rows.num_rows, wanted.num_rows, positions.snapshot_id)  # fmt: skip
-    return positions
-
-
-def _no_rows(keys: pa.Table) -> pa.Table:
-    return keys.append_column(TABLE_ROW_PATH_COLUMN, pa.array([], pa.string())).append_column(
-        TABLE_ROW_POS_COLUMN, pa.array([], pa.int64())
-    )
+    io_props = file_io_properties(part.state.table.io.properties)
+    store = env.chunk_store
+    chunks = (store.read(c, io_props) for c in part.chunks) if store is not None else iter(())
+    return env.indexes.positions(part.state, part.head_id, [staged.table], chunks, part.policy,
+                                 truncate=part.truncate)  # fmt: skip
 
 
 def _with_held_keys(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,24 @@ class TableIndexes:
         """Drop the in-memory index (the next batch reopens it and checks it against the table)."""
         self._held.pop(state.identifier, None)
 
+    def positions(
+        self, state: TableState, head: int | None, staged: Iterable[pa.Table], chunks: Iterable[pa.Table],
+        policy: MappingPolicy, *, truncate: bool,
+    ) -> Positions:  # fmt: skip
+        """Where the earlier rows are that staged events (``ops_mapping`` contract, the
+        batch's staged chunks first) may delete: their ``candidate_keys``, looked up once."""
+        keys = state.key_columns
+        tables = [candidate_keys(t, keys, policy) for t in (*chunks, *staged)]
+        wanted = pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+        if truncate:  # the commit empties the table first: no earlier row to delete
+            return Positions(head, _with_rows(wanted.slice(0, 0), [], []), {})
+        if len(tables) > 1:  # a key in several chunks is looked up once
+            wanted = wanted.group_by(list(keys), use_threads=False).aggregate([]).select(list(keys))
+        positions = self.lookup(state, head, wanted)
+        log.debug("%s: %d of %d keys hold a row of an earlier batch at snapshot %s", state.identifier,
+                  positions.rows.num_rows, wanted.num_rows, positions.snapshot_id)  # fmt: skip
+        return positions
+
     def lookup(self, state: TableState, head: int | None, keys: pa.Table) -> Positions:
         """The live rows of ``keys`` in the table at ``head`` (the index brought there first;
         the returned snapshot may be later when equality deletes had to be converted)."""
@@ -140,13 +158,9 @@ class TableIndexes:
         else:
             typed, found = keys, None
         if found is None or not found.found.any():
-            empty = {TABLE_ROW_PATH_COLUMN: pa.array([], pa.string()), TABLE_ROW_POS_COLUMN: pa.array([], pa.int64())}
-            rows = pa.table({**{k: keys.column(k).slice(0, 0) for k in state.key_columns}, **empty})
-            return Positions(head, rows, {})
-        mask = pa.array(found.found)
+            return Positions(head, _with_rows(keys.slice(0, 0), [], []), {})
         paths = [found.paths[int(i)] for i in found.file_ids[found.found]]
-        rows = keys.filter(mask).append_column(TABLE_ROW_PATH_COLUMN, pa.array(paths, pa.string()))
-        rows = rows.append_column(TABLE_ROW_POS_COLUMN, pa.array(found.positions[found.found], pa.int64()))
+        rows = _with_rows(keys.filter(pa.array(found.found)), paths, found.positions[found.found])
         missing = sorted({p for p in paths if p not in held.homes})
         if missing:  # an index file the table does not list: never write a delete against it
             self.forget(state)
@@ -265,6 +279,12 @@ class TableIndexes:
             removed = pa.table([joined.column(k).cast(t) for k, t in zip(state.key_columns, types, strict=True)],
                                names=list(state.key_columns))  # fmt: skip
         return added, removed
+
+
+def _with_rows(keys: pa.Table, paths: Sequence[str], positions: Sequence[int] | np.ndarray) -> pa.Table:
+    """``keys`` with where each one's row is (``BatchMapper``'s ``table_rows``)."""
+    rows = keys.append_column(TABLE_ROW_PATH_COLUMN, pa.array(paths, pa.string()))
+    return rows.append_column(TABLE_ROW_POS_COLUMN, pa.array(positions, pa.int64()))
 
 
 def _by_path(rows: pa.Table) -> list[tuple[str, np.ndarray]]:

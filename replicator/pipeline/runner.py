@@ -38,8 +38,8 @@ from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
-from replicator.pipeline.pk_indexes import position_indexes
 from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.pk_indexes import position_indexes
 from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.pipeline.resnapshot import ResnapshotKeeper
 from replicator.pipeline.retained import RetainedLogWatcher
