@@ -120,6 +120,7 @@ class TableIndexes:
         self.root = root
         self._convert = convert
         self._held: dict[str, _Held] = {}
+        self._rebuild_next: set[str] = set()  # tables whose index is rebuilt at next use
 
     def directory(self, state: TableState) -> Path:
         return self.root / re.sub(r"[^A-Za-z0-9_.-]", "_", state.identifier)
@@ -146,7 +147,7 @@ class TableIndexes:
                   positions.rows.num_rows, wanted.num_rows, positions.snapshot_id)  # fmt: skip
         return positions
 
-    def lookup(self, state: TableState, head: int | None, keys: pa.Table) -> Positions:
+    def lookup(self, state: TableState, head: int | None, keys: pa.Table, *, rebuilt: bool = False) -> Positions:
         """The live rows of ``keys`` in the table at ``head`` (the index brought there first;
         the returned snapshot may be later when equality deletes had to be converted)."""
         held, head = self._ready(state, head)
@@ -164,7 +165,12 @@ class TableIndexes:
         missing = sorted({p for p in paths if p not in held.homes})
         if missing:  # an index file the table does not list: never write a delete against it
             self.forget(state)
-            raise StaleIndexError(f"{state.identifier}: index names data files the table does not list: {missing[:3]}")
+            if rebuilt:
+                raise StaleIndexError(f"{state.identifier}: index names data files the table does not list: {missing[:3]}")
+            log.warning("%s: index names data files the table does not list (%s): rebuilding it",
+                        state.identifier, missing[:3])  # fmt: skip
+            self._rebuild_next.add(state.identifier)
+            return self.lookup(state, head, keys, rebuilt=True)
         return Positions(head, rows, {p: held.homes[p] for p in set(paths)})
 
     def committed(
@@ -196,7 +202,9 @@ class TableIndexes:
         table, keys = state.table, state.key_columns
         directory = self.directory(state)
         index: PrimaryKeyIndex | None = held.index if held is not None else None
-        if index is None and (directory / "MANIFEST").exists():
+        if state.identifier in self._rebuild_next:
+            self._rebuild_next.discard(state.identifier)
+        elif index is None and (directory / "MANIFEST").exists():
             try:
                 index = PrimaryKeyIndex.open(directory)
             except IndexCorruptError as exc:
