@@ -76,7 +76,7 @@ def run(root: Path, log: object, mode: str, batch: int) -> tuple[float, int]:
     (root / "c.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.perf_counter()
     summary = Replicator(load_config(root / "c.yaml"), engine="local").run(until_idle=True)
-    return time.perf_counter() - t0, summary.events
+    return time.perf_counter() - t0, summary.events_seen
 
 
 def main(argv: list[str] | None = None) -> None:
