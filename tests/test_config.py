@@ -253,3 +253,19 @@ source: {type: postgres, dsn: "postgresql://x"}
 iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
 """))
     assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)
+
+
+def test_delete_mode_default_override_and_bad_value(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode_by_table: {app.items: position}}
+"""))
+    assert cfg.iceberg.delete_mode == "equality"
+    assert cfg.iceberg.delete_mode_of("app.items") == "position"
+    assert cfg.iceberg.delete_mode_of("app.other") == "equality"
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode: positional}
+"""))
+    assert "iceberg.delete_mode" in str(exc.value) and "'equality' or 'position'" in str(exc.value)
