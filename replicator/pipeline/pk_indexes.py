@@ -136,8 +136,9 @@ class TableIndexes:
         """Where the earlier rows are that staged events (``ops_mapping`` contract, the
         batch's staged chunks first) may delete: their ``candidate_keys``, looked up once."""
         keys = state.key_columns
-        tables = [candidate_keys(t, keys, policy) for t in (*chunks, *staged)]
-        wanted = pa.concat_tables([t.cast(tables[0].schema) for t in tables])
+        tables = [candidate_keys(t, keys, policy) for t in (*chunks, *staged) if t.num_rows]
+        schema = pa.schema(list(zip(keys, key_arrow_types(state.table, keys), strict=True)))
+        wanted = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
         if truncate:  # the commit empties the table first: no earlier row to delete
             return Positions(head, _with_rows(wanted.slice(0, 0), [], []), {})
         if len(tables) > 1:  # a key in several chunks is looked up once

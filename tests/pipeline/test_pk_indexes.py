@@ -124,3 +124,21 @@ def test_equality_deletes_are_converted_before_the_index_is_built(table: TableSt
     got = indexes.lookup(state, _head(state), pa.table({"id": pa.array([1, 2], pa.int64())}))
     assert converted and got.snapshot_id == _head(state) != converted[0]  # the batch stages again
     assert got.rows.column("id").to_pylist() == [2]
+
+
+def test_a_rolled_back_table_gets_its_index_rebuilt(table: TableState, tmp_path: Path) -> None:
+    state = table
+    a = data_file(state.table, "a", [(1, "x"), (2, "y")])
+    _, first = _commit(state, [a])
+    indexes = TableIndexes(tmp_path / "index")
+    assert _where(indexes, state, [2]) == {2: ("a.parquet", 1)}
+    seen = indexes.lookup(state, _head(state), pa.table({"id": pa.array([2], pa.int64())}))
+    dels = pos_deletes(state.table, "a-del", [(a.file_path, 1)])
+    parent, snap = _commit(state, [], [dels])
+    indexes.committed(state, parent, snap, [], [dels], seen, truncate=False)
+    assert _where(indexes, state, [2]) == {}
+    # Restored to the first snapshot (key 2 lives again): the head does not descend from
+    # the index's snapshot, so the index is rebuilt, never answered from the later state.
+    state.table.manage_snapshots().set_current_snapshot(first).commit()
+    state.table = state.table.refresh()
+    assert _where(indexes, state, [2]) == {2: ("a.parquet", 1)}
