@@ -130,6 +130,7 @@ def test_position_mode_never_writes_an_equality_delete(tmp_path: Path, pg_db: st
     assert equality_deletes_in_history(t) == []
 
 
+@pytest.mark.slow  # make test-long; the conversion step itself: tests/pipeline/test_pk_indexes.py
 def test_switching_to_position_mode_converts_pending_equality_deletes(
     tmp_path: Path, pg_db: str, spark: Any
 ) -> None:
