@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,11 @@ POSITION_DELETE_FILE_PATH_ID = 2147483546
 POSITION_DELETE_POS_ID = 2147483545
 _FILE_PATH_FIELD_ID = str(POSITION_DELETE_FILE_PATH_ID).encode()
 _POS_FIELD_ID = str(POSITION_DELETE_POS_ID).encode()
+
+# ``BatchMapper(table_rows=...)`` (``delete_mode: position``): the live rows earlier batches
+# wrote for keys this batch may delete: the key columns plus where the row is.
+TABLE_ROW_PATH_COLUMN = "__rep_file_path"
+TABLE_ROW_POS_COLUMN = "__rep_pos"
 
 POSITION_DELETE_INDEX_SCHEMA = pa.schema(
     [pa.field("file_index", pa.int32(), nullable=False), pa.field("pos", pa.int64(), False)]
@@ -110,6 +115,8 @@ class MappingStats:
     position_deletes: int
     equality_deletes: int
     data_files: int
+    table_position_deletes: int = 0  # rows of earlier batches deleted by position
+
 
     @property
     def live_rows_written(self) -> int:
@@ -124,12 +131,15 @@ class MappedTail:
     ``position_deletes`` has columns ``file_index`` (int32) and ``pos`` (int64), sorted by
     (file_index, pos), no duplicates, each pointing at a row written by this batch.
     ``file_rows[i]`` / ``file_estimated_bytes[i]`` describe data file ``i``.
+    ``table_position_deletes`` (``delete_mode: position`` only): rows of earlier batches this
+    batch deletes, as (file_path, pos) sorted by both, in place of equality deletes.
     """
 
     position_deletes: pa.Table
     stats: MappingStats
     file_rows: tuple[int, ...]
     file_estimated_bytes: tuple[int, ...]
+    table_position_deletes: pa.Table = field(default_factory=POSITION_DELETE_PATH_SCHEMA.empty_table)
 
     def position_delete_table(self, file_paths: Sequence[str]) -> pa.Table:
         """Position deletes as Iceberg wants them: (file_path, pos) sorted by path then pos.

@@ -27,6 +27,13 @@ holds when the held key's row was written earlier in this batch (then position-d
 Such keys are kept in ``_behind`` (key -> its older row). Without upserted creates only: a
 key move onto a live key is otherwise a replay, which replaces the row.
 
+Position mode (``table_rows`` given, ``delete_mode: position``): the caller looked up, in its
+primary-key index, where the live row of every key this batch may delete from an earlier
+batch is (key columns + ``TABLE_ROW_PATH_COLUMN`` + ``TABLE_ROW_POS_COLUMN``). Every equality
+delete the rules above would write becomes a position delete of that row instead
+(``MappedTail.table_position_deletes``); a key absent from ``table_rows`` has no live row
+in the table, so nothing is deleted. No equality delete is ever produced.
+
 The Python loop touches only ops and keys; rows move through Arrow filter/slice/take.
 """
 
@@ -46,8 +53,11 @@ from ops_mapping.contract import (
     OP_COLUMN,
     OPS,
     POSITION_DELETE_INDEX_SCHEMA,
+    POSITION_DELETE_PATH_SCHEMA,
     RESERVED_PREFIX,
     SEQ_COLUMN,
+    TABLE_ROW_PATH_COLUMN,
+    TABLE_ROW_POS_COLUMN,
     DataSlice,
     MappedChunk,
     MappedTail,
@@ -83,12 +93,16 @@ class BatchMapper:
         key_columns: Sequence[str],
         data_schema: pa.Schema,
         policy: MappingPolicy | None = None,
+        table_rows: pa.Table | None = None,
     ) -> None:
         self.key_columns = tuple(key_columns)
         self.data_schema = data_schema
         self.policy = policy if policy is not None else MappingPolicy()
         _check_schema(self.key_columns, data_schema)
         self._key_schema = pa.schema([data_schema.field(k) for k in self.key_columns])
+        # Position mode: key -> (file path, pos) of its live row from an earlier batch.
+        self._table_rows = None if table_rows is None else self._index_table_rows(table_rows)
+        self._table_deletes: list[tuple[str, int]] = []
         self._keys = KeyPositionMap(len(self.key_columns))
         self._roller = FileRoller(self.policy.target_file_bytes, self._keys.file_starts)
         self._sizes = RowSizeEstimator(data_schema)
@@ -149,7 +163,35 @@ class BatchMapper:
             for p in self._roller.place(rows.num_rows, constant, extra)
         )
         assert self._roller.rows - first_ordinal == rows.num_rows
-        return MappedChunk(slices, self._equality_table(eq_idx, before_arrays, after_arrays, n))
+        equality = self._equality_table(eq_idx, before_arrays, after_arrays, n)
+        if self._table_rows is not None:
+            self._table_deletes.extend(self._in_table(equality))
+            equality = self._key_schema.empty_table()
+        return MappedChunk(slices, equality)
+
+    def _index_table_rows(self, rows: pa.Table) -> dict[Hashable, tuple[str, int]]:
+        missing = [c for c in (*self.key_columns, TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN) if c not in rows.column_names]
+        if missing:
+            raise OpsMappingError(f"table_rows lacks columns {missing}")
+        keys = [self._key_typed_column(rows.column(k), k) for k in self.key_columns]
+        paths = rows.column(TABLE_ROW_PATH_COLUMN).to_pylist()
+        positions = rows.column(TABLE_ROW_POS_COLUMN).to_pylist()
+        values = _key_values(keys)
+        out = dict(zip(values, zip(paths, positions, strict=True), strict=True))
+        if len(out) != rows.num_rows:
+            seen: set[Hashable] = set()
+            twice = next(k for k in values if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise OpsMappingError(f"table_rows names key {twice!r} twice (one live row per key)")
+        return out
+
+    def _in_table(self, equality: pa.Table) -> list[tuple[str, int]]:
+        """The earlier batches' rows of the keys to equality-delete (absent: not in the table)."""
+        if not equality.num_rows:
+            return []
+        rows = self._table_rows
+        assert rows is not None
+        found = (rows.get(k) for k in _key_values([c.combine_chunks() for c in equality.columns]))
+        return [row for row in found if row is not None]
 
     def _apply(
         self,
@@ -237,6 +279,7 @@ class BatchMapper:
             if hi > lo:
                 files.append(pa.array([f] * (hi - lo), pa.int32()))
                 positions.append(pc.subtract(all_ordinals.slice(lo, hi - lo), start))
+        table_deletes = self._sorted_table_deletes()
         position_deletes = pa.Table.from_arrays(
             [pa.concat_arrays(files), pa.concat_arrays(positions)]
             if files
@@ -249,19 +292,30 @@ class BatchMapper:
             position_deletes=len(ordinals),
             equality_deletes=len(self._eq_deleted),
             data_files=len(self._roller.file_rows),
+            table_position_deletes=table_deletes.num_rows,
         )
         tail = MappedTail(
             position_deletes,
             stats,
             tuple(self._roller.file_rows),
             tuple(self._roller.file_bytes),
+            table_deletes,
         )
         # Only the tail is needed from here on; drop the per-key memory now.
         self._keys.live.clear()
         self._eq_deleted.clear()
         self._behind.clear()
         self._pos_ordinals.clear()
+        self._table_deletes.clear()
         return tail
+
+    def _sorted_table_deletes(self) -> pa.Table:
+        """(file_path, pos) of the earlier batches' rows deleted, sorted by both."""
+        rows = sorted(self._table_deletes)
+        return pa.Table.from_arrays(
+            [pa.array([p for p, _ in rows], pa.string()), pa.array([q for _, q in rows], pa.int64())],
+            schema=POSITION_DELETE_PATH_SCHEMA,
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -296,7 +350,11 @@ class BatchMapper:
 
     def _key_typed(self, events: pa.RecordBatch, i: int, key: str) -> pa.Array:
         """A before-key column in its key's type (equal Python values -> equal dict keys)."""
-        column = events.column(i)
+        return self._key_typed_column(events.column(i), key)
+
+    def _key_typed_column(self, column: Any, key: str) -> Any:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
         want = self.data_schema.field(key).type
         if column.type == want:
             return column

@@ -33,7 +33,7 @@ from ops_mapping import BatchMapper, MappingPolicy, MappingStats
 from spark.faults import maybe_lose_executor
 from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
 from spark.object_storage import open_input
-from spark.partitioning import decode_partition, encode_partition
+from spark.partitioning import PartitionKey, decode_partition, encode_partition
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -43,9 +43,10 @@ RESULT_SCHEMA = pa.schema(
         ("size", pa.int64()),
         ("stats", pa.string()),
         ("partition", pa.string()),  # the file's partition tuple (spark.partitioning's JSON)
+        ("spec_id", pa.int32()),  # its partition spec; -1: the writer's (the table's default)
     ]
 )
-RESULT_DDL = "content int, path string, records long, size long, stats string, partition string"
+RESULT_DDL = "content int, path string, records long, size long, stats string, partition string, spec_id int"
 
 # `content` of the result row a worker sends instead of files when storage failed: the
 # message travels as data, so the driver can tell a passing outage from a bug without
@@ -63,6 +64,11 @@ class StageSpec:
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     policy: MappingPolicy
+    # ``delete_mode: position``: the live rows of earlier batches of the keys this batch may
+    # delete (``BatchMapper``'s ``table_rows``), and each named data file's (spec id,
+    # partition): their position deletes go to the partition of the file they name.
+    table_rows: pa.Table | None = None
+    table_homes: dict[str, tuple[int, PartitionKey]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             # stage under a new batch id if the error is transient.
             yield pa.RecordBatch.from_pylist(
                 [{"content": CONTENT_STORAGE_ERROR, "path": f"{type(exc).__name__}: {exc}"[:4000],
-                  "records": 0, "size": 0, "stats": "{}", "partition": ""}],
+                  "records": 0, "size": 0, "stats": "{}", "partition": "", "spec_id": -1}],
                 schema=RESULT_SCHEMA,
             )
 
@@ -92,7 +98,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
                 # Types as they arrive (Spark hands over string, not large_string); the file
                 # writer casts to the Iceberg file schema.
                 data_schema = pa.schema([batch.schema.field(n) for n in spec.data_columns])
-                mapper = BatchMapper(spec.key_columns, data_schema, spec.policy)
+                mapper = BatchMapper(spec.key_columns, data_schema, spec.policy, table_rows=spec.table_rows)
             if batch.num_rows == 0:
                 continue
             chunk = mapper.map_chunk(batch)
@@ -103,15 +109,16 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             return
         tail = mapper.finish()
         writer.write_position_deletes(tail.position_deletes)
+        writer.write_position_deletes_by_home(tail.table_position_deletes, spec.table_homes, kind="tposdel")
         files = writer.close()
         stats = orjson.dumps(_stats_dict(tail.stats)).decode()
         yield pa.RecordBatch.from_pylist(
             [
                 {"content": f.content, "path": f.path, "records": f.records, "size": f.size, "stats": stats,
-                 "partition": encode_partition(f.partition)}
+                 "partition": encode_partition(f.partition), "spec_id": -1 if f.spec_id is None else f.spec_id}
                 for f in files
             ]
-            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": ""}],
+            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": "", "spec_id": -1}],
             schema=RESULT_SCHEMA,
         )
 
@@ -128,7 +135,8 @@ def _collect(rows: list[dict[str, Any]]) -> StageResult:
             raise StageStorageError(r["path"])
     files = [
         WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"],
-                    partition=decode_partition(r["partition"]))
+                    partition=decode_partition(r["partition"]),
+                    spec_id=None if r.get("spec_id", -1) in (-1, None) else r["spec_id"])
         for r in rows
         if r["content"] >= 0
     ]

@@ -74,6 +74,7 @@ class WrittenFile:
     records: int
     size: int
     partition: PartitionKey = ()  # the file's partition tuple in the writer's spec
+    spec_id: int | None = None  # the partition spec of ``partition`` (None: the writer's)
 
 
 @dataclass
@@ -237,12 +238,13 @@ class TableFileWriter:
             self.write_position_delete_file(number, table, key)
 
     def write_position_deletes_by_home(
-        self, deletes: pa.Table, homes: Mapping[str, tuple[int, PartitionKey]]
+        self, deletes: pa.Table, homes: Mapping[str, tuple[int, PartitionKey]], kind: str = "posdel"
     ) -> list[tuple[int, WrittenFile]]:
         """Position deletes against files of earlier commits: ``deletes`` = (file_path, pos),
         sorted by both; ``homes`` maps each named data file to its (spec id, partition
         tuple). One position-delete file per home (a position delete must be in the
-        partition, and spec, of the data file it names); returns (spec id, file) of each."""
+        partition, and spec, of the data file it names); returns (spec id, file) of each.
+        ``kind`` names the files (distinct from the batch's own position deletes')."""
         if deletes.num_rows == 0:
             return []
         groups: dict[tuple[int, PartitionKey], list[int]] = {}
@@ -250,16 +252,19 @@ class TableFileWriter:
             groups.setdefault(homes[path], []).append(i)
         out: list[tuple[int, WrittenFile]] = []
         for number, ((spec_id, key), rows) in enumerate(groups.items()):  # in path order
-            self.write_position_delete_file(number, deletes.take(pa.array(rows)), key)
+            self.write_position_delete_file(number, deletes.take(pa.array(rows)), key, kind)
+            self.written[-1].spec_id = spec_id
             out.append((spec_id, self.written[-1]))
         return out
 
-    def write_position_delete_file(self, file_index: int, deletes: pa.Table, partition: PartitionKey = ()) -> None:
+    def write_position_delete_file(
+        self, file_index: int, deletes: pa.Table, partition: PartitionKey = (), kind: str = "posdel"
+    ) -> None:
         """One position-delete file from ``deletes`` = (file_path, pos), already sorted by both,
         naming data files of ``partition`` only."""
         if deletes.num_rows == 0:
             return
-        uri = f"{self.spec.data_location}/{self.spec.batch_id}-posdel-{file_index:05d}.parquet"
+        uri = f"{self.spec.data_location}/{self.spec.batch_id}-{kind}-{file_index:05d}.parquet"
         handle = self._open(uri, self.spec.position_schema, partition, CONTENT_POSITION_DELETES)
         self._append(handle, _conform(deletes, self.spec.position_schema))
         self._close(handle, CONTENT_POSITION_DELETES)

@@ -345,3 +345,17 @@ source: {type: mysql, dsn: "mysql://u@h/db", server_id: 9, zero_dates: dead-lett
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 """))
     assert cfg.source.type == "mysql" and cfg.source.server_id == 9
+def test_delete_mode_default_override_and_bad_value(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode_by_table: {app.items: position}}
+"""))
+    assert cfg.iceberg.delete_mode == "equality"
+    assert cfg.iceberg.delete_mode_of("app.items") == "position"
+    assert cfg.iceberg.delete_mode_of("app.other") == "equality"
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode: positional}
+"""))
+    assert "iceberg.delete_mode" in str(exc.value) and "'equality' or 'position'" in str(exc.value)

@@ -8,6 +8,8 @@ machine (no I/O: the driver reads, stages, writes and commits; see ``driver.py``
                           checkpoint moved -> discard the files, plan again from the new checkpoint
     written --unknown--> re-read: the checkpoint is ours -> committed
                          else plan again WITHOUT discarding (the files may be referenced)
+    written --stale--> (files bound to the head they were built on, which moved) re-read,
+                       discard the files, plan again (the port never sent them)
 
 Every plan checks the fence (``rules.fence_error``) and keeps only the events the table lacks
 (``rules.not_yet_in``); after ``max_attempts`` commit attempts the table is given up
@@ -144,6 +146,8 @@ class TableCommit(Generic[S, F]):
                 return self._final(Phase.COMMITTED), Done(self.mine, self.files, self.attempt)
             # The files may be referenced after all: never discarded (orphan cleanup's job).
             return dataclasses.replace(self, files=None)._plan(read, after)
+        if self.rereading is CommitAnswer.STALE:  # never sent: stage again on the new head
+            return self._discard(read)
         if read.checkpoint == self.basis:  # a conflict, only the head moved: same files, new head
             fenced = fence_error(self.table, read.checkpoint, self.basis, self.mine, after)
             if fenced is not None:

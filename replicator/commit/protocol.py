@@ -70,6 +70,9 @@ class CommitAnswer(enum.Enum):
     OK = "ok"
     CONFLICT = "conflict"  # the head moved: refused
     UNKNOWN = "unknown"  # the answer was lost: it may or may not have taken it
+    # Not sent: the files name rows by position in the head they were built on, and the head
+    # moved (``delete_mode: position``): they cannot be committed on another head.
+    STALE = "stale"
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ def parse_sort_field(text: str) -> tuple[str, bool]:
     return match.group(1), (match.group(2) or "asc").lower() == "desc"
 
 
+DeleteMode = Literal["equality", "position"]
+
+
 class IcebergConfig(_Strict):
     """Where the Iceberg tables live: ``catalog_uri`` + ``warehouse`` (the short form for a SQL
     catalog) or ``catalog``: any pyiceberg catalog's properties, e.g. ``{type: rest, uri: ...,
@@ -95,6 +98,17 @@ class IcebergConfig(_Strict):
         default_factory=dict,
         description="source table -> partition fields of the Iceberg table the engine creates, "
         'e.g. ["day(created)", "bucket(16, id)"] (an existing table keeps its own spec)',
+    )
+
+    # How an update/delete removes a row an earlier batch wrote. "equality": an equality
+    # delete (cheap to write; maintenance converts it); "position": a position delete found
+    # through the table's primary-key index under state_dir/index (no snapshot ever holds an
+    # equality delete: Snowflake and other engines refuse them).
+    delete_mode: DeleteMode = Field(
+        "equality", description="equality | position: how rows of earlier batches are deleted"
+    )
+    delete_mode_by_table: dict[str, DeleteMode] = Field(
+        default_factory=dict, description="source table -> delete_mode for that table (overrides delete_mode)"
     )
 
     sort_by: dict[str, list[str]] = Field(
@@ -165,6 +179,10 @@ class IcebergConfig(_Strict):
                     "iceberg.warehouse and iceberg.catalog.warehouse differ; give it once, in iceberg.catalog"
                 )
         return self
+
+    def delete_mode_of(self, source_table: str) -> DeleteMode:
+        """The delete mode of one source table (its override, else ``delete_mode``)."""
+        return self.delete_mode_by_table.get(source_table, self.delete_mode)
 
     @property
     def catalog_properties(self) -> dict[str, Any]:

@@ -27,7 +27,14 @@ from pyiceberg.table import FileScanTask, Table
 from replicator.index.errors import StaleIndexError
 from replicator.index.pk_index import FileRows, PrimaryKeyIndex
 
-__all__ = ["catch_up_from_table", "live_data_files", "live_rows", "rebuild_from_table"]
+__all__ = [
+    "catch_up_from_table",
+    "key_arrow_types",
+    "live_data_files",
+    "live_file_homes",
+    "live_rows",
+    "rebuild_from_table",
+]
 
 
 def _tasks(table: Table, snapshot_id: int | None) -> list[FileScanTask]:
@@ -48,6 +55,21 @@ def _tasks(table: Table, snapshot_id: int | None) -> list[FileScanTask]:
 def live_data_files(table: Table, snapshot_id: int | None) -> frozenset[str]:
     """Paths of the data files live at ``snapshot_id`` (for ``PrimaryKeyIndex.check_live``)."""
     return frozenset(t.file.file_path for t in _tasks(table, snapshot_id))
+
+
+def live_file_homes(table: Table, snapshot_id: int | None) -> dict[str, tuple[int, tuple[object, ...]]]:
+    """Each data file live at ``snapshot_id`` -> its (partition spec id, partition tuple): where
+    a position delete naming it must go."""
+    out: dict[str, tuple[int, tuple[object, ...]]] = {}
+    for task in _tasks(table, snapshot_id):
+        f = task.file
+        out[f.file_path] = (f.spec_id, tuple(f.partition[i] for i in range(len(f.partition))))
+    return out
+
+
+def key_arrow_types(table: Table, key_columns: Sequence[str]) -> list[pa.DataType]:
+    """The Arrow types the index's keys of ``table`` are given in (its Iceberg schema's)."""
+    return _types(table, key_columns)
 
 
 def live_rows(table: Table, key_columns: Sequence[str], snapshot_id: int | None) -> Iterator[FileRows]:

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent
 
+from ops_mapping import MappingPolicy
 from replicator.checkpoint import (
     BatchPlan,
     Checkpoint,
@@ -82,6 +83,7 @@ from replicator.pipeline.chunks import (
     same_layout,
 )
 from replicator.pipeline.crashpoints import crash_point
+from replicator.pipeline.pk_indexes import Positions, TableIndexes
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
@@ -151,6 +153,13 @@ class ApplyEnv:
     row_fill: bool = False
     # Where chunks of transactions larger than a batch are staged (``pipeline.spill``).
     chunk_store: ChunkStore | None = None
+    # ``delete_mode: position``: the tables' primary-key indexes, and which source tables
+    # use them (config ``iceberg.delete_mode``); None: every table in equality mode.
+    indexes: TableIndexes | None = None
+    delete_mode_of: Callable[[str], str] = lambda _table: "equality"
+
+    def position_mode(self, source_table: str) -> bool:
+        return self.indexes is not None and self.delete_mode_of(source_table) == "position"
 
 
 @dataclass(frozen=True)
@@ -228,6 +237,10 @@ class _TablePart:
     spilled: SpilledTable | None = None  # the part of a large transaction staged in chunks
     chunks: tuple[str, ...] = ()  # staged chunk files this attempt reads before ``staged``
     chunk_rows: int = 0
+    policy: MappingPolicy = field(default_factory=MappingPolicy)  # the batch plan's
+    head_id: int | None = None  # the head the last read found (the stage builds on it)
+    # Position mode: the earlier batches' rows of the keys staged, valid at one snapshot.
+    positions: Positions | None = None
 
 
 _Run = tuple[TableCommit[_TablePart, _Written], Action[_TablePart, _Written]]
@@ -265,7 +278,8 @@ def apply_batch(
         except SchemaChangeError as exc:
             outcome.stopped[table] = str(exc)
             continue
-        port = _TablePort(env, _TablePart(state, table_events, totals(table), spilled=spill))
+        port = _TablePort(env, _TablePart(state, table_events, totals(table), spilled=spill,
+                                          policy=batch.plan.policy))  # fmt: skip
         commit: TableCommit[_TablePart, _Written] = TableCommit.plan(
             state.source_table, table_events, mine,
             spilled=None if spill is None else SpilledRange(spill.first, spill.last, spill.truncate),
@@ -311,6 +325,20 @@ def _prepare(
     pending = _fill_unavailable(env, part.state, events, use_table=not part.truncate)
     staged = _stage(env, part, pending, spill)
     part.staged = _with_held_keys(env, part, staged, spill)
+    part.positions = None
+    if env.position_mode(part.state.source_table):
+        part.positions = _earlier_rows(env, part, part.staged)
+
+
+def _earlier_rows(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> Positions:
+    """Position mode: where the rows of earlier batches are that this batch's events (and
+    its staged chunks, read one at a time) may delete, at the head read."""
+    assert env.indexes is not None
+    io_props = file_io_properties(part.state.table.io.properties)
+    store = env.chunk_store
+    chunks = (store.read(c, io_props) for c in part.chunks) if store is not None else iter(())
+    return env.indexes.positions(part.state, part.head_id, [staged.table], chunks, part.policy,
+                                 truncate=part.truncate)  # fmt: skip
 
 
 def _with_held_keys(
@@ -441,7 +469,8 @@ class _TablePort:
             state.table = state.table.refresh()
         # A table being copied again is written to its resnapshot branch (``iceberg.branches``).
         parent = state.table.metadata.snapshot_by_name(target_branch(state.table))
-        return TableRead(read_checkpoint(state.table), parent.snapshot_id if parent else None)
+        self.part.head_id = parent.snapshot_id if parent else None
+        return TableRead(read_checkpoint(state.table), self.part.head_id)
 
     def stage(self, action: StageEvents) -> Staged[_TablePart] | StageRefused:
         try:
@@ -478,6 +507,13 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
     """One commit attempt: the files and the checkpoint as ONE row-delta snapshot, on the
     parent the files were built against. The machine decides what a refusal means."""
     state = part.state
+    positions = part.positions
+    if positions is not None and positions.snapshot_id != action.parent_id:
+        # Position deletes name rows of the head they were looked up at: never committed
+        # on another one (a file of theirs may be gone there). Staged again on the new head.
+        log.warning("%s: the head moved from %s to %s under the batch's position deletes; staging it again",
+                    state.identifier, positions.snapshot_id, action.parent_id)  # fmt: skip
+        return CommitAnswer.STALE
     env.crash("files-written")
     summary, properties = checkpoint_commit_properties(action.checkpoint)
     table = state.table
@@ -502,6 +538,12 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
     finally:
         part.totals.commit_seconds += time.perf_counter() - t0
     state.table = table.refresh()
+    if positions is not None and env.indexes is not None:
+        env.crash("index-behind")
+        head = state.table.metadata.snapshot_by_name(target_branch(state.table))
+        assert head is not None
+        env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
+                              positions, truncate=action.truncate)  # fmt: skip
     return CommitAnswer.OK
 
 
@@ -546,7 +588,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
         try:
             for i, p in enumerate(todo):
                 assert p.staged is not None
-                spec = _stage_spec(p.state, batch.plan)
+                spec = _stage_spec(p.state, batch.plan, p.positions)
                 if in_driver or not p.staged.table.num_rows:
                     path = ""  # in this process, or only staged chunks
                 elif env.staging_uri is not None:
@@ -596,7 +638,9 @@ def _describe(part: _TablePart, result: StageResult) -> _Written:
                                                    partition=f.partition))  # fmt: skip
             totals.rows_written += f.records
         elif f.content == CONTENT_POSITION_DELETES:
-            out.deletes.append(position_delete_file_from_parquet(table, f.path, spec_id=spec_id,
+            # A delete of an earlier batch's row goes to the spec of the file it names.
+            home = spec_id if f.spec_id is None else f.spec_id
+            out.deletes.append(position_delete_file_from_parquet(table, f.path, spec_id=home,
                                                                  partition=f.partition))  # fmt: skip
             totals.position_deletes += f.records
         elif f.content == CONTENT_EQUALITY_DELETES:
@@ -613,7 +657,7 @@ def _discard(state: TableState, written: _Written) -> None:
             io.delete(path)
 
 
-def _stage_spec(state: TableState, plan: BatchPlan) -> StageSpec:
+def _stage_spec(state: TableState, plan: BatchPlan, positions: Positions | None = None) -> StageSpec:
     table = state.table
     schema = table.schema()
     return StageSpec(
@@ -631,4 +675,6 @@ def _stage_spec(state: TableState, plan: BatchPlan) -> StageSpec:
         key_columns=state.key_columns,
         data_columns=tuple(f.name for f in schema.fields),
         policy=plan.policy,
+        table_rows=None if positions is None else positions.rows,
+        table_homes={} if positions is None else dict(positions.homes),
     )

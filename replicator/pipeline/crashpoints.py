@@ -6,6 +6,8 @@ point costs one dict lookup. Points:
 
 * ``files-written``   data/delete files are on disk, the catalog commit has not happened
 * ``committed``       the Iceberg commit happened, the source is not acknowledged yet
+* ``index-behind``    ``delete_mode: position``: a table's commit happened, its primary-key
+                      index is not updated yet (``pipeline.pk_indexes``)
 * ``schema-evolved``  the Iceberg schema change is committed, the batch's data is not
 * ``chunk-staged``    a chunk of a transaction larger than a batch is staged, the
                       transaction is not committed (``pipeline.spill``)

@@ -39,6 +39,7 @@ from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.pk_indexes import position_indexes
 from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.pipeline.resnapshot import ResnapshotKeeper
 from replicator.pipeline.retained import RetainedLogWatcher
@@ -196,6 +197,8 @@ class Replicator:
             driver_max_rows=cfg.spark.driver_max_rows,
             row_fill=self.source.needs_row_fill,
             chunk_store=self.chunk_store,
+            indexes=position_indexes(cfg, self._spark),
+            delete_mode_of=cfg.iceberg.delete_mode_of,
         )
         self.spiller = Spiller(self.env, self.chunk_store)
         self.batcher: Batcher | None = None  # the running loop's (tests read its peak)

@@ -60,6 +60,15 @@ MATRIX: list[Case] = [
      [*START, "commit f1@10#1", "reread", "discard f1", "stage 3", "write f2", "commit f2@11#2"], Phase.COMMITTED),
     ("checkpoint moved past the batch", World(script=["moved:3"]),
      [*START, "commit f1@10#1", "reread", "discard f1"], Phase.ALREADY_APPLIED),
+    # --- position deletes bound to the head they were built on (delete_mode: position)
+    ("head moved under position deletes: stage again", World(script=["stale", "ok"]),
+     [*START, "commit f1@10#1", "reread", "discard f1", "stage 1,2,3", "write f2", "commit f2@11#2"],
+     Phase.COMMITTED),
+    ("stale until exhausted", World(script=["stale"] * MAX_COMMIT_ATTEMPTS),
+     [*START, *[x for i in range(1, MAX_COMMIT_ATTEMPTS) for x in
+                [f"commit f{i}@{9 + i}#{i}", "reread", f"discard f{i}", "stage 1,2,3", f"write f{i + 1}"]],
+      f"commit f{MAX_COMMIT_ATTEMPTS}@{9 + MAX_COMMIT_ATTEMPTS}#{MAX_COMMIT_ATTEMPTS}", "reread",
+      f"discard f{MAX_COMMIT_ATTEMPTS}"], Phase.EXHAUSTED),
     # --- lost answers
     ("lost answer, ours", World(script=["lost-ours"]), [*START, "commit f1@10#1", "reread"], Phase.COMMITTED),
     ("lost answer, not ours: rebuild, files kept", World(script=["lost-theirs", "ok"]),

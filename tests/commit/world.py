@@ -51,7 +51,8 @@ class World:
     conflict, checkpoint unchanged); ``moved:N`` / ``moved:N:writer[:token]`` (another
     commit moved the checkpoint to N: a conflict); ``lost-ours`` / ``lost-theirs`` (the
     answer is lost; the catalog did / did not take ours); ``crash-before`` / ``crash-after``
-    (the process dies before sending / after the catalog took it)."""
+    (the process dies before sending / after the catalog took it); ``stale`` (another writer
+    committed and the files name rows by position in the old head: not sent)."""
 
     checkpoint: Checkpoint | None = field(default_factory=lambda: cp(0))
     head: int | None = 10
@@ -88,6 +89,9 @@ class World:
             return CommitAnswer.OK if step == "ok" else CommitAnswer.UNKNOWN
         if step == "lost-theirs":
             return CommitAnswer.UNKNOWN
+        if step == "stale":  # position mode: the head moved under files bound to it; not sent
+            self.head = (self.head or 0) + 1
+            return CommitAnswer.STALE
         self.head = (self.head or 0) + 1  # someone else committed first
         if step == "moved":
             writer = rest[1] if len(rest) > 1 else WRITER

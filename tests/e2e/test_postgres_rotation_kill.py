@@ -15,9 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 
+from replicator.iceberg.tables import iceberg_table_name, open_catalog
 from replicator.pipeline.crashpoints import ENV, EXIT_CODE
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
+from tests.e2e.test_postgres_position_mode import equality_deletes_in_history
 from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.e2e.test_postgres_until_idle import make_role, slot_confirmed, wal_lsn
 from tests.judges import assert_no_duplicate_data_files
@@ -49,7 +52,7 @@ def rotate_in_one_transaction(dsn: str, n: int) -> None:
         conn.execute("UPDATE t SET n = n + 1 WHERE id % 3 = 0")
 
 
-def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
+def _scenario(tmp_path: Path, pg_db: str, n: int, mode: str = "equality") -> None:
     # Decoding spills to disk as on a server with more load than memory: the walsender is
     # silent longer while it reads the transaction back (the issue saw it at 150k rows).
     pg_db = make_role(pg_db, "rotator", "logical_decoding_work_mem = '64kB'")
@@ -61,6 +64,9 @@ def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
             "INSERT INTO t SELECT g, 'row ' || g, g, repeat(md5(g::text), 18) FROM generate_series(1, %s) g", (n,)
         )
     cfg = write_config(tmp_path, pg_db, max_events=2000)
+    raw = yaml.safe_load(cfg.read_text())
+    raw["iceberg"]["delete_mode"] = mode
+    cfg.write_text(yaml.safe_dump(raw))
     first = _engine(cfg, "run", "--until-idle", "--engine", "local")
     assert first.returncode == 0, first.stderr[-3000:]
     rotate_in_one_transaction(pg_db, n)
@@ -77,16 +83,21 @@ def _scenario(tmp_path: Path, pg_db: str, n: int) -> None:
     assert_no_duplicate_data_files(iceberg_metadata(load(cfg), "public.t"))
     diff = _engine(cfg, "diff", "--wait", "30")
     assert diff.returncode == 0, diff.stdout[-3000:] + diff.stderr[-3000:]
+    if mode == "position":
+        t = open_catalog(load(cfg).iceberg).load_table(iceberg_table_name(load(cfg).iceberg, "public.t"))
+        assert equality_deletes_in_history(t) == []
 
 
+@pytest.mark.parametrize("mode", ["equality", "position"])
 def test_key_rotation_transaction_killed_mid_apply_then_until_idle(
-    tmp_path: Path, pg_versioned_db: str, spark: Any
+    tmp_path: Path, pg_versioned_db: str, spark: Any, mode: str
 ) -> None:
-    _scenario(tmp_path, pg_versioned_db, 30_000)
+    _scenario(tmp_path, pg_versioned_db, 30_000, mode)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["equality", "position"])
 def test_key_rotation_transaction_killed_mid_apply_then_until_idle_150k(
-    tmp_path: Path, pg_versioned_db: str, spark: Any
+    tmp_path: Path, pg_versioned_db: str, spark: Any, mode: str
 ) -> None:
-    _scenario(tmp_path, pg_versioned_db, 150_000)
+    _scenario(tmp_path, pg_versioned_db, 150_000, mode)
