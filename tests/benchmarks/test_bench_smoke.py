@@ -26,6 +26,8 @@ def test_partitioned_bench_spec_and_filter() -> None:
     rows, files = P.month_filter(P.DEFAULT_SPEC)
     assert "d >= TIMESTAMP '2026-01-01" in rows and "d < TIMESTAMP '2026-02-01" in rows
     assert files == f"partition.d_month = {(2026 - 1970) * 12}"
+    _, files = P.month_filter(("day(d)", "bucket(8, id)"))
+    assert files == "partition.d_day >= DATE '2026-01-01' AND partition.d_day < DATE '2026-02-01'"
     with pytest.raises(ValueError, match="day\\(d\\) or month\\(d\\)"):
         P.month_filter(("bucket(8, id)",))
 
