@@ -431,10 +431,10 @@ class MaintenanceConfig(_Strict):
     )
     compact_min_deleted_share: float = Field(
         0.1, ge=0, le=1,
-        description="a data file of at least 3/4 of the target size is rewritten for its position deletes "
-        "only once they delete this share of its rows (0: whatever the share), so random updates over a big "
-        "table do not rewrite it at every step; smaller files are merged whatever their deletes. Below the "
-        "share, a partition's position-delete files are merged into one instead",
+        description="a data file is rewritten for its position deletes only once they delete this share of "
+        "its rows (0: whatever the share), so random updates over a big table do not rewrite it at every "
+        "step; below it, small files are still merged by size (their deletes applied), and a partition's "
+        "position-delete files are merged into one",
     )  # fmt: skip
     snapshots_keep: int = Field(
         20, ge=1, description="always keep at least this many newest snapshots of main"

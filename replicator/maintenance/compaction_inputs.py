@@ -13,11 +13,12 @@ row is copied at most about log1.5(target / smallest file) times; and files that
 are few (their sizes at least triple every ``min_input_files - 1`` files). Files with deletes
 join every step, first, as before.
 
-A big file (at least ``SMALL_FRACTION`` of the target) is rewritten for its deletes only once
-they delete ``min_deleted_share`` of its rows: random updates over a big table touch most of
-its files at every batch, and rewriting each at every step copies the table again and again
-(Iceberg's ``delete-ratio-threshold`` makes the same trade). Its deletes stay in the
-position-delete files meanwhile (merged per partition: ``position_delete_files``).
+A file counts as having deletes only once they delete ``min_deleted_share`` of its rows;
+below that it is merged by size like a clean file (its deletes applied when it is): random
+updates over a big table touch most of its files at every batch, and rewriting each at every
+step copies the table again and again (Iceberg's ``delete-ratio-threshold`` makes the same
+trade; ``benchmarks.micro deleted-share`` measures it). The deletes stay in the
+position-delete files meanwhile (merged per partition: ``position_deletes``).
 """
 
 from __future__ import annotations
@@ -50,11 +51,10 @@ def choose_inputs(
 
     Due when the group holds ``min_input_files`` files, or when it rewrites files with deletes
     and the table has ``min_input_files`` position-delete files; never for one clean file. A
-    big file's deletes count only from ``min_deleted_share`` of its rows on."""
-    limit = SMALL_FRACTION * target_file_bytes
-    files = [f if not f.hit or f.size < limit or f.deleted_share >= min_deleted_share
-             else Candidate(f.path, f.size, False, 0.0) for f in files]  # fmt: skip
-    small = [f for f in files if f.hit or f.size < limit]
+    file's deletes count only from ``min_deleted_share`` of its rows on."""
+    files = [f if not f.hit or f.deleted_share >= min_deleted_share else Candidate(f.path, f.size, False, 0.0)
+             for f in files]  # fmt: skip
+    small = [f for f in files if f.hit or f.size < SMALL_FRACTION * target_file_bytes]
     budget = MAX_INPUT_TARGETS * target_file_bytes
     hit: list[Candidate] = []
     total = 0
