@@ -4,6 +4,7 @@ still exists (same process, same data):
     .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
     .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
     .venv/bin/python -m benchmarks.micro compaction   # bytes rewritten per byte appended
+    .venv/bin/python -m benchmarks.micro deleted-share   # random updates over a big table: rewrites vs threshold
     .venv/bin/python -m benchmarks.micro partitioned  # the apply stage's worker: unpartitioned
                                                       # vs day(created) + bucket(16, id) fan-out
 
@@ -121,6 +122,51 @@ def compaction(appends: int = 300, file_mb: float = 3.0, target_mb: int = 128, m
               f"{rewritten / appended:.1f}, files left {len(files)}")  # fmt: skip
 
 
+def deleted_share(batches: int = 300, files: int = 40, rows_per_file: int = 1_000_000,
+                  updates: int = 10_000, target_mb: int = 128, seed: int = 1) -> None:
+    """Random updates over a big table: a step per batch, as between batches. Bytes rewritten
+    per byte appended, and the deleted share readers skip at the end, at several
+    ``compact_min_deleted_share`` values (0: a file is rewritten for any delete, the old rule)."""
+    import numpy as np
+
+    from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
+
+    target = target_mb * MB
+    row_bytes = target / rows_per_file
+    for share in (0.0, 0.05, 0.1, 0.3):
+        rng = np.random.default_rng(seed)
+        rows = {f"f{i:06d}": rows_per_file for i in range(files)}
+        dead = dict.fromkeys(rows, 0)
+        n, appended, rewritten, steps = files, 0.0, 0.0, 0
+        for _ in range(batches):
+            names = sorted(rows)
+            live = np.array([rows[p] - dead[p] for p in names], dtype=float)
+            for p, k in zip(names, rng.multinomial(updates, live / live.sum()), strict=True):
+                dead[p] += int(k)
+            new = f"f{n:06d}"  # the batch's new row versions: one small file
+            n += 1
+            rows[new], dead[new] = updates, 0
+            appended += updates * row_bytes
+            cands = [Candidate(p, int(rows[p] * row_bytes), dead[p] > 0, dead[p] / rows[p]) for p in sorted(rows)]
+            picked = choose_inputs(cands, target_file_bytes=target, min_input_files=4,
+                                   delete_files=batches, min_deleted_share=share)  # fmt: skip
+            if picked:
+                steps += 1
+                kept = sum(rows[c.path] - dead[c.path] for c in picked)
+                rewritten += sum(c.size for c in picked)
+                for c in picked:
+                    del rows[c.path], dead[c.path]
+                while kept > 0:
+                    out = min(kept, rows_per_file)
+                    rows[f"f{n:06d}"], dead[f"f{n:06d}"] = out, 0
+                    n, kept = n + 1, kept - out
+        total = sum(rows.values())
+        print(f"compact_min_deleted_share {share}: {batches} batches of {updates:,} random updates over "
+              f"{files * rows_per_file:,} rows -> rewritten / appended {rewritten / appended:.1f}, "
+              f"{steps} rewriting steps, deleted rows left {sum(dead.values()) / total:.1%} of {total:,}, "
+              f"{len(rows)} files")  # fmt: skip
+
+
 def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
     """Rows/s and files of the stage's worker (map + write, in this process) for one batch of
     snapshot reads plus updates that move a tenth of them to another day."""
@@ -180,7 +226,7 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned"])
+    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share"])
     args = ap.parse_args(argv)
     if args.what == "commits":
         for before in (1, 20, 120):
@@ -189,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
         staging()
     elif args.what == "partitioned":
         partitioned()
+    elif args.what == "deleted-share":
+        deleted_share()
     else:
         for size in (3.0, 1.0):
             compaction(file_mb=size, appends=300 if size == 3.0 else 1000)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks import partitioned
+
 KEY_MAP_BYTES_PER_KEY = 116  # ops_mapping.KeyPositionMap, int keys (tracemalloc, this machine)
 SOURCE_NAMES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
 WORKLOAD_ORDER = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
@@ -243,7 +245,8 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         f"{'MET' if ok else 'MISSED'}** - {_f(rate)} events/s."
     )
     # Target 3: RSS vs batch size (growth within the phase: peak minus RSS at its start).
-    sweep = sorted([*[v for v in r.get("variants", []) if "scrapes" not in v], {**e, "label": "default"}],
+    sweep = sorted([*[v for v in r.get("variants", []) if "max_events" in v and "scrapes" not in v],
+                    {**e, "label": "default"}],
                    key=lambda v: v["events_per_batch"])  # fmt: skip
     if len(sweep) >= 2:
         lo, hi = sweep[0], sweep[-1]
@@ -551,6 +554,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
                _table(["table", "version", "rows", "count s", "lookup s", "files", "MiB"],
                       rc_rows), ""]  # fmt: skip
     md += _many_tables(results)
+    md += partitioned.report_lines(results)
     # Errors
     errs = [f"{k}/{n}: {e}" for k in ("postgres", "mariadb")
             for n, r in results.get(k, {}).items() for e in r.get("errors", [])]  # fmt: skip

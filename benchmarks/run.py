@@ -79,6 +79,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "endpoint on and scraped every second ('' for none)")  # fmt: skip
     ap.add_argument("--read-cost", default="mixed,hot,wide",
                     help="Postgres workloads whose table's read cost is measured")
+    ap.add_argument("--partitioned", default="mixed",
+                    help="Postgres workloads also run by an engine whose tables are partitioned "
+                    "('' for none; benchmarks/partitioned.py)")  # fmt: skip
+    ap.add_argument("--partition-by", default=None,
+                    help="the partitioned engine's spec (default 'month(d),bucket(8,id)')")
     ap.add_argument("--sweep", default=None,
                     help="comma-separated batch sizes (max_events = per-poll cap) run in "
                     "addition to the default engine on Postgres 'mixed' ('' for none)")  # fmt: skip
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline_for = set(_csv(args.baselines))
     metrics_for = set(_csv(args.metrics_cost))
     read_cost_for = set(_csv(args.read_cost))
+    partitioned_for = set(_csv(args.partitioned))
     logging.basicConfig(level=getattr(logging, os.environ.get("BENCH_LOG", "WARNING")), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.ERROR)
     started = time.time()
@@ -160,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", flush=True)
 
+    from benchmarks import partitioned as P
     from benchmarks import scenarios as S
     from benchmarks import workloads as W
     from benchmarks.procs import load_average, machine
@@ -218,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                         ctx, w, baselines=name in baseline_for,
                         sweep=list(size["sweep"]) if name == "mixed" else [],
                         read_costs=name in read_cost_for, metrics_cost=name in metrics_for,
+                        partition_by=P.parse_spec(args.partition_by) if name in partitioned_for else None,
                     )  # fmt: skip
                 else:
                     r = S.mysql_workload(ctx, w)

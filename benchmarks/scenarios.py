@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import baselines as B
+from benchmarks import partitioned as P
 from benchmarks import workloads as W
 from benchmarks.harness import EngineSession, Phase
 from benchmarks.lagwriter import lag_workload
@@ -181,6 +182,8 @@ class WorkloadResult:
     raw: list[dict[str, Any]] = field(default_factory=list)
     check: dict[str, Any] = field(default_factory=dict)
     read_cost: dict[str, Any] | None = None
+    # One month read from the default and the partitioned engine's table (benchmarks/partitioned.py).
+    partition_reads: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -236,7 +239,8 @@ def _nest(sessions: list[EngineSession], innermost: Callable[[], bool], changes:
 
 
 def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int],
-                read_costs: bool, metrics_cost: bool = False) -> WorkloadResult:  # fmt: skip
+                read_costs: bool, metrics_cost: bool = False,
+                partition_by: tuple[str, ...] | None = None) -> WorkloadResult:  # fmt: skip
     import psycopg
 
     res = WorkloadResult("postgres", workload_info(w))
@@ -253,6 +257,10 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
 
     variants: list[tuple[str, int | None]] = [(f"max_events={b:,}", b) for b in sweep]
     variants.append(("default", None))
+    if partition_by:
+        # Inner to the default one, so it reads the backlog before it (the second reader
+        # finds the WAL in the page cache: that must not favour the partitioned tables).
+        variants.append((P.LABEL, None))
     if w.snapshot_only:
         # Inner, so it reads second: it finds the table in the page cache (the conservative
         # order for the COPY path it is the baseline of).
@@ -266,11 +274,14 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     sessions: list[EngineSession] = []
     for label, b in variants:
         slot = ("eng_metrics" if label == METRICS_VARIANT else "eng_rowwise" if label == ROWWISE_VARIANT
-                else "eng_default" if b is None else f"eng_b{b}")  # fmt: skip
+                else "eng_parts" if label == P.LABEL else "eng_default" if b is None else f"eng_b{b}")  # fmt: skip
         src = PostgresSourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION,
                            snapshot_copy=label != ROWWISE_VARIANT)  # fmt: skip
+        cfg = engine_config(d / slot, src, b)
+        if label == P.LABEL and partition_by:
+            cfg = P.with_partitions(cfg, [f"public.{t.name}" for t in w.tables], partition_by)
         sessions.append(EngineSession(
-            engine_config(d / slot, src, b), ctx.spark, poll_max=b,
+            cfg, ctx.spark, poll_max=b,
             memory_roots=ctx.memory_roots, probe_path=ctx.probe_path,
             metrics=label == METRICS_VARIANT,
         ))  # fmt: skip
@@ -300,6 +311,7 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
         return True
 
     _nest(sessions, innermost, not w.snapshot_only)
+    parted: EngineSession | None = None
     main = next(s for (label, _b), s in zip(variants, sessions, strict=True) if label == "default")
     for (label, b), sess in zip(variants, sessions, strict=True):
         phases = {p.name: p for p in sess.phases}
@@ -311,6 +323,12 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
                 v = phase_dict(phases["changes"], label=label)
                 v["max_events"] = BatchConfig().max_events
                 v["scrapes"] = sess.scrapes
+                res.variants.append(v)
+        elif label == P.LABEL:
+            parted = sess
+            if "changes" in phases:
+                v = phase_dict(phases["changes"], label=label)
+                v["partition_by"] = list(partition_by or ())
                 res.variants.append(v)
         elif b is None:
             if "snapshot" in phases:
@@ -368,6 +386,20 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
         "iceberg_rows": {k: v.get("rows") for k, v in ice.items()},
         "equal": all(ice[k].get("rows") == n for k, n in src_counts.items()),
     }
+    if parted is not None and partition_by:
+        pice = _spark_counts(ctx, parted, source_tables)
+        res.check["partitioned_rows"] = {k: v.get("rows") for k, v in pice.items()}
+        res.check["equal"] = res.check["equal"] and all(
+            pice[k].get("rows") == n for k, n in src_counts.items())  # fmt: skip
+        first = source_tables[0]
+        try:
+            res.partition_reads = P.partition_reads(
+                ctx.spark, ice[first].get("metadata"), pice[first].get("metadata"), partition_by)
+            for x in res.partition_reads:
+                ctx.log(f"  postgres/{w.name}: one month of {first}, {x['label']}: "
+                        f"{x['metrics'].get('resultDataFiles')} of {x['data_files']} data files scanned")
+        except Exception as exc:  # noqa: BLE001 - reported
+            res.errors.append(f"partitioned read: {type(exc).__name__}: {exc}"[:400])
     if not res.check["equal"]:
         ctx.log(f"  WARNING postgres/{w.name}: row counts differ {res.check}")
     if read_costs and not w.snapshot_only:

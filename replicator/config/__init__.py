@@ -358,6 +358,13 @@ class MaintenanceConfig(_Strict):
         "each batch adds a data file and often a position-delete file, and readers pay per file, so a "
         "low trigger keeps reads near a compacted table's (each step reads at most 4 target sizes)"
     )
+    compact_min_deleted_share: float = Field(
+        0.1, ge=0, le=1,
+        description="a data file is rewritten for its position deletes only once they delete this share of "
+        "its rows (0: whatever the share), so random updates over a big table do not rewrite it at every "
+        "step; below it, small files are still merged by size (their deletes applied), and a partition's "
+        "position-delete files are merged into one",
+    )  # fmt: skip
     snapshots_keep: int = Field(
         20, ge=1, description="always keep at least this many newest snapshots of main"
     )

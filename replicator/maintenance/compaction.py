@@ -90,27 +90,36 @@ def _current_files(
     return data, pos, eq
 
 
+def _deleted_rows(table: Table, delete_file: DataFile) -> dict[str, int]:
+    """The data files a position-delete file names, with how many positions it deletes in each."""
+    with table.io.new_input(delete_file.file_path).open() as stream:
+        counts = pq.read_table(stream, columns=["file_path"]).column(0).value_counts()
+    return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist()}
+
+
 def _targets(table: Table, delete_file: DataFile) -> set[str]:
     """The data files a position-delete file names."""
-    with table.io.new_input(delete_file.file_path).open() as stream:
-        paths = pq.read_table(stream, columns=["file_path"]).column(0).unique()
-    return {str(p) for p in paths.to_pylist()}
+    return set(_deleted_rows(table, delete_file))
 
 
 def plan_compaction(
-    table: Table, *, target_file_bytes: int, min_input_files: int
+    table: Table, *, target_file_bytes: int, min_input_files: int, min_deleted_share: float = 0.0
 ) -> CompactionPlan | None:
-    """What one compaction step would rewrite; None when not due (or not allowed)."""
+    """What one compaction step would rewrite; None when not due (or not allowed).
+    ``min_deleted_share``: see ``compaction_inputs``."""
     head = table.current_snapshot()
     seqs: dict[str, int] = {}
     data, pos, eq = _current_files(table, seqs)
     if head is None or eq or not data:
         return None
-    targets = {f.file_path: _targets(table, f) for f in pos}
+    counts = {f.file_path: _deleted_rows(table, f) for f in pos}
+    targets = {path: set(c) for path, c in counts.items()}
     hit: dict[str, list[DataFile]] = defaultdict(list)
+    deleted: dict[str, int] = defaultdict(int)
     for f in pos:
-        for path in targets[f.file_path]:
+        for path, n in counts[f.file_path].items():
             hit[path].append(f)
+            deleted[path] += n
     by_path = {f.file_path: f for f in data}
     # Bin-packing stays within one partition of one spec: a step rewrites files of ONE
     # partition (its commit leaves every other partition's files alone).
@@ -123,9 +132,10 @@ def plan_compaction(
     picked: list[Candidate] = []
     for home in sorted(groups, key=repr):
         picked = choose_inputs(
-            [Candidate(f.file_path, f.file_size_in_bytes, f.file_path in hit) for f in groups[home]],
+            [Candidate(f.file_path, f.file_size_in_bytes, f.file_path in hit,
+                       min(1.0, deleted[f.file_path] / max(f.record_count, 1))) for f in groups[home]],
             target_file_bytes=target_file_bytes, min_input_files=min_input_files,
-            delete_files=deletes_in[home],
+            delete_files=deletes_in[home], min_deleted_share=min_deleted_share,
         )  # fmt: skip
         if picked:
             break
@@ -146,10 +156,12 @@ def compact(
     *,
     target_file_bytes: int,
     min_input_files: int,
+    min_deleted_share: float = 0.0,
     crash: Crash = no_crash,
 ) -> tuple[Table, CompactionResult]:
     """One bounded compaction step; returns the refreshed table and what was done."""
-    plan = plan_compaction(table, target_file_bytes=target_file_bytes, min_input_files=min_input_files)
+    plan = plan_compaction(table, target_file_bytes=target_file_bytes, min_input_files=min_input_files,
+                           min_deleted_share=min_deleted_share)  # fmt: skip
     if plan is None:
         return table, NOTHING
     t0 = time.perf_counter()

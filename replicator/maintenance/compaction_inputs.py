@@ -12,6 +12,13 @@ group so far. A file is then rewritten only into an output at least 1.5 times it
 row is copied at most about log1.5(target / smallest file) times; and files that cannot group
 are few (their sizes at least triple every ``min_input_files - 1`` files). Files with deletes
 join every step, first, as before.
+
+A file counts as having deletes only once they delete ``min_deleted_share`` of its rows;
+below that it is merged by size like a clean file (its deletes applied when it is): random
+updates over a big table touch most of its files at every batch, and rewriting each at every
+step copies the table again and again (Iceberg's ``delete-ratio-threshold`` makes the same
+trade; ``benchmarks.micro deleted-share`` measures it). The deletes stay in the
+position-delete files meanwhile (merged per partition: ``position_deletes``).
 """
 
 from __future__ import annotations
@@ -33,15 +40,20 @@ class Candidate:
     path: str
     size: int  # bytes
     hit: bool  # named by a live position-delete file
+    deleted_share: float = 1.0  # share of its rows those deletes delete (when hit)
 
 
 def choose_inputs(
-    files: Sequence[Candidate], *, target_file_bytes: int, min_input_files: int, delete_files: int
+    files: Sequence[Candidate], *, target_file_bytes: int, min_input_files: int, delete_files: int,
+    min_deleted_share: float = 0.0,
 ) -> list[Candidate]:
     """The files one step rewrites, in path (write) order; empty when no step is due.
 
     Due when the group holds ``min_input_files`` files, or when it rewrites files with deletes
-    and the table has ``min_input_files`` position-delete files; never for one clean file."""
+    and the table has ``min_input_files`` position-delete files; never for one clean file. A
+    file's deletes count only from ``min_deleted_share`` of its rows on."""
+    files = [f if not f.hit or f.deleted_share >= min_deleted_share else Candidate(f.path, f.size, False, 0.0)
+             for f in files]  # fmt: skip
     small = [f for f in files if f.hit or f.size < SMALL_FRACTION * target_file_bytes]
     budget = MAX_INPUT_TARGETS * target_file_bytes
     hit: list[Candidate] = []

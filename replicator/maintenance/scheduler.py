@@ -33,6 +33,7 @@ from replicator.maintenance import Crash, no_crash
 from replicator.maintenance.compaction import compact
 from replicator.maintenance.expiry import expire_snapshots, snapshots_to_expire
 from replicator.maintenance.orphans import remove_orphans
+from replicator.maintenance.position_deletes import merge_position_deletes
 from replicator.maintenance.status import TableHealth, table_health
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,11 @@ class Maintainer:
     # table -> (metadata location, its health): a table's health changes only with a commit
     # (a new metadata file), so a slice over many idle tables reads no manifests.
     _health: dict[str, tuple[str, TableHealth]] = field(default_factory=dict)
+    # table -> (metadata location, idle?) where a compaction step found nothing to do: the
+    # same table gives the same answer (big files below their deleted-rows share keep their
+    # deletes), so idle slices do not re-read its delete files every few seconds. Nothing
+    # found with the idle trigger (the looser one) holds for the busy one too.
+    _compacted: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def health(self, table: Table) -> TableHealth:
         """``table_health`` of ``table``, read once per metadata version."""
@@ -155,6 +161,9 @@ class Maintainer:
             compaction and h.equality_delete_files and self.spark and self._paced_ok(h.identifier, paced)
         ):
             out.append("conversion")
+        done = self._compacted.get(h.identifier)
+        if done is not None and done[0] == table.metadata_location and (done[1] or not idle):
+            compaction = False
         if compaction and (h.equality_delete_files == 0 or out):
             out.append("compaction")
         if snapshots_to_expire(table, keep=self.cfg.snapshots_keep,
@@ -210,11 +219,21 @@ class Maintainer:
         elif kind == "compaction":
             table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
                                   min_input_files=IDLE_COMPACT_MIN_INPUT_FILES if idle else cfg.compact_min_input_files,
-                                  crash=self.crash)
+                                  min_deleted_share=cfg.compact_min_deleted_share, crash=self.crash)
             if comp.snapshot_id is not None:
                 changed = True
                 detail = (f"{comp.data_files_removed} data + {comp.delete_files_removed} "
                           f"position-delete file(s) -> {comp.data_files_added} file(s), {comp.rows} row(s)")
+            else:  # data files left alone (below their deleted-rows share): merge their deletes
+                table, merged = merge_position_deletes(table, min_files=cfg.compact_min_input_files,
+                                                       crash=self.crash)
+                if merged.snapshot_id is None:
+                    self._compacted[name] = (table.metadata_location, idle)
+                else:
+                    changed = True
+                    detail = (f"{merged.delete_files_removed} position-delete file(s) of one partition -> "
+                              f"{merged.delete_files_added}, {merged.positions} position(s), "
+                              f"{merged.dropped} dropped")
         elif kind == "expiry":
             table, exp = expire_snapshots(table, keep=cfg.snapshots_keep,
                                           max_age_seconds=cfg.snapshots_max_age_seconds, crash=self.crash)

@@ -18,6 +18,8 @@ Maintenance steps (``replicator.maintenance``, between batches) get this functio
 
 * ``compaction-files-written``  compacted files are on disk, the rewrite is not committed
 * ``compaction-committed``      the rewrite is committed
+* ``position-delete-merge-files-written``  a partition's merged position-delete file is on
+                                disk, the rewrite is not committed
 * ``expiry-before-commit``      snapshots to expire are chosen, nothing is committed
 * ``expiry-committed``          snapshots are expired, their files not yet deleted
 * ``orphans-deleting``          one orphan file is deleted, others may remain

@@ -18,6 +18,20 @@ from sample_dbs.postgres.server import PG_BIN
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_partitioned_bench_spec_and_filter() -> None:
+    from benchmarks import partitioned as P
+
+    assert P.parse_spec(None) == P.DEFAULT_SPEC
+    assert P.parse_spec("day(d), bucket(8,id)") == ("day(d)", "bucket(8,id)")
+    rows, files = P.month_filter(P.DEFAULT_SPEC)
+    assert "d >= TIMESTAMP '2026-01-01" in rows and "d < TIMESTAMP '2026-02-01" in rows
+    assert files == f"partition.d_month = {(2026 - 1970) * 12}"
+    _, files = P.month_filter(("day(d)", "bucket(8, id)"))
+    assert files == "partition.d_day >= DATE '2026-01-01' AND partition.d_day < DATE '2026-02-01'"
+    with pytest.raises(ValueError, match="day\\(d\\) or month\\(d\\)"):
+        P.month_filter(("bucket(8, id)",))
+
+
 def test_workload_plans_are_seeded_and_mixed() -> None:
     a = W.mixed(5000, seed=3, keyspace=8000)
     b = W.mixed(5000, seed=3, keyspace=8000)
@@ -62,3 +76,13 @@ def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
     (with_metrics,) = [v for v in mixed["variants"] if "scrapes" in v]
     assert with_metrics["events"] == mixed["workload"]["events"]
     assert "Metrics endpoint costs < 2% throughput" in report
+    # The partitioned engine (benchmarks/partitioned.py): same backlog, tables partitioned.
+    (parted,) = [v for v in mixed["variants"] if v.get("partition_by")]
+    assert parted["events"] == mixed["workload"]["events"] and parted["commits"] >= 1
+    assert mixed["check"]["partitioned_rows"] == mixed["check"]["source_rows"]
+    flat, month = mixed["partition_reads"]
+    assert flat["rows"] == month["rows"] > 0
+    # Spark's scan planned exactly the files of the month's partitions, fewer than all.
+    assert month["metrics"]["resultDataFiles"] == month["partition_data_files"] < month["data_files"]
+    assert flat["metrics"]["resultDataFiles"] + flat["metrics"]["skippedDataFiles"] == flat["data_files"]
+    assert "## Partitioned tables vs unpartitioned (PostgreSQL)" in report

@@ -38,7 +38,7 @@ from sample_dbs.debezium.capture import Capture, EngineSpec
 
 Row = dict[str, Any]
 TABLES = ("items", "full_t", "trunc_t")
-PG_TABLES = (*TABLES, "toast_t")
+PG_TABLES = (*TABLES, "toast_t", "parts_t")
 
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_DAY = date(1970, 1, 1)
@@ -158,6 +158,9 @@ PG_DDL = [
     "CREATE TABLE toast_t (id int PRIMARY KEY, small int, big text, bb bytea, arr text[], js jsonb)",
     "ALTER TABLE toast_t ALTER big SET STORAGE EXTERNAL, ALTER bb SET STORAGE EXTERNAL, "
     "ALTER arr SET STORAGE EXTERNAL, ALTER js SET STORAGE EXTERNAL",
+    # Replicated into a table partitioned by day(created) and bucket(8, id) (issue 24):
+    # REPLICA IDENTITY DEFAULT, so a change carries only the old key, not the old day.
+    "CREATE TABLE parts_t (id bigint PRIMARY KEY, created timestamp NOT NULL, amount numeric(10,2), note text)",
 ]
 TOAST_INSERT = (
     "INSERT INTO toast_t SELECT g, 0, repeat('x', 3000) || g, decode(repeat('ab', 3000), 'hex'), "
@@ -183,6 +186,19 @@ def pg_item(i: int) -> str:
     )
 
 
+# Changes of parts_t that move rows across partitions: to other days, deleted and
+# re-inserted on a day the table had no rows on, re-keyed into other buckets, moved twice
+# in one transaction (the second move deletes a row written in the same batch).
+PARTS_MOVES = [
+    "UPDATE parts_t SET created = created + (id % 5 + 1) * interval '1 day', note = 'moved' WHERE id % 10 = 0",
+    "DELETE FROM parts_t WHERE id % 10 = 7",
+    "INSERT INTO parts_t SELECT g, TIMESTAMP '2025-11-01' + g * interval '1 minute', 1.5, 're'"
+    " FROM generate_series(7, 400, 20) g",
+    "UPDATE parts_t SET id = id + 100000 WHERE id % 20 = 3",
+    "BEGIN; UPDATE parts_t SET created = created - interval '3 days' WHERE id % 20 = 11; "
+    "UPDATE parts_t SET created = created - interval '1 day', amount = 0 WHERE id % 20 = 11; COMMIT",
+]
+
 PG_PHASES: dict[int, list[str]] = {
     1: [
         *PG_DDL,
@@ -190,6 +206,8 @@ PG_PHASES: dict[int, list[str]] = {
         "INSERT INTO full_t SELECT g, 'v' || g, g FROM generate_series(1, 20) g",
         "INSERT INTO trunc_t SELECT g, 'old' || g FROM generate_series(1, 10) g",
         TOAST_INSERT.format(lo=1, hi=3),
+        "INSERT INTO parts_t SELECT g, TIMESTAMP '2026-01-01' + (g % 12) * interval '1 day'"
+        " + g * interval '1 second', g / 7.0, 'n' || g FROM generate_series(1, 400) g",
     ],
     2: [
         TOAST_INSERT.format(lo=4, hi=5),
@@ -206,6 +224,7 @@ PG_PHASES: dict[int, list[str]] = {
         "BEGIN; INSERT INTO full_t VALUES (200, 'tx', 1); UPDATE full_t SET n = 2 WHERE id = 200; COMMIT",
         "TRUNCATE trunc_t",
         "INSERT INTO trunc_t VALUES (100, 'new'), (101, 'new')",
+        *PARTS_MOVES,
     ],
     3: [
         "INSERT INTO items VALUES " + ", ".join(pg_item(i) for i in range(61, 71)),

@@ -101,3 +101,27 @@ def test_rows_are_copied_a_logarithmic_number_of_times(appends: list[int], m: in
     assert rewritten <= levels * appended
     small = [f for f in files if f.size < SMALL_FRACTION * TARGET]
     assert len(small) <= (m - 1) * (levels + 1)
+
+
+def test_a_big_file_is_rewritten_for_its_deletes_only_past_the_share() -> None:
+    big = int(0.9 * TARGET)
+
+    def files(share: float) -> list[Candidate]:
+        return [Candidate("big", big, True, share), *clean(3)]
+
+    def pick(share: float, threshold: float) -> list[str]:
+        return [f.path for f in choose_inputs(files(share), target_file_bytes=TARGET, min_input_files=2,
+                                              delete_files=4, min_deleted_share=threshold)]  # fmt: skip
+
+    assert pick(0.05, 0.1) == []  # a few random updates: the big file stays
+    assert pick(0.1, 0.1) == ["big", "f0000"]  # past the share: rewritten, deletes applied
+    assert pick(0.05, 0.0) == ["big", "f0000"]  # threshold 0: as before
+    # Below the share a small file is merged by size, like a clean one (deletes applied).
+    small = [Candidate("s", 3 * MB, True, 0.01), *clean(3)]
+    assert [f.path for f in choose_inputs(small, target_file_bytes=TARGET, min_input_files=2,
+                                          delete_files=1, min_deleted_share=0.5)] == ["f0000", "s"]  # fmt: skip
+    alone = [Candidate("s", 3 * MB, True, 0.01)]  # with the idle trigger: one file with deletes
+    assert choose_inputs(alone, target_file_bytes=TARGET, min_input_files=1, delete_files=1,
+                         min_deleted_share=0.5) == []  # fmt: skip
+    assert choose_inputs(alone, target_file_bytes=TARGET, min_input_files=1, delete_files=1,
+                         min_deleted_share=0.01) == alone  # fmt: skip
