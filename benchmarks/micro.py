@@ -29,15 +29,22 @@ MB = 1 << 20
 
 
 def commits(before: int, measured: int = 100) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
     from replicator.iceberg import sql_commit
     from replicator.iceberg.catalog import make_resilient
     from replicator.iceberg.row_delta import commit_row_delta
     from tests.iceberg.tablekit import SCHEMA, data_file, sql_catalog
 
     def run(fast: bool) -> float:
-        catalog = make_resilient(sql_catalog(Path(tempfile.mkdtemp(prefix="rp-micro-"))))
+        root = Path(tempfile.mkdtemp(prefix="rp-micro-"))
         if fast:
-            sql_commit.install(catalog)
+            props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
+            sql: SqlCatalog = sql_commit.FastCommitSqlCatalog("test", **props)
+            sql.create_namespace("db")
+        else:
+            sql = sql_catalog(root)
+        catalog = make_resilient(sql)
         table = catalog.create_table("db.t", SCHEMA, properties={"format-version": "2"})
         files = [data_file(table, f"d{i}", [(i, f"n{i}")]) for i in range(before + measured)]
         t0 = 0.0

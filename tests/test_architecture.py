@@ -108,3 +108,32 @@ def test_no_module_import_cycles() -> None:
         if m not in state:
             visit(m)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def engine_modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_no_attribute_is_assigned_on_a_catalog_object() -> None:
+    """Catalogs are wrapped (replicator/iceberg/catalog.py ResilientCatalog) or subclassed
+    (sql_commit.FastCommitSqlCatalog), never patched: no ``<...catalog>.x = ...``, no
+    ``setattr(<...catalog>, ...)``, no methods bound onto an object (``types.MethodType``)."""
+    found: list[str] = []
+    for path in engine_modules():
+        where = path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and ast.unparse(target.value).lower().endswith("catalog"):
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(target)} = ...")
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called == "setattr" and node.args and "catalog" in ast.unparse(node.args[0]).lower():
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+                if called.endswith("MethodType"):
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "attributes assigned on catalog objects:\n" + "\n".join(found)
