@@ -82,6 +82,7 @@ from replicator.pipeline.chunks import (
     same_layout,
 )
 from replicator.pipeline.crashpoints import crash_point
+from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
@@ -151,6 +152,7 @@ class ApplyEnv:
     row_fill: bool = False
     # Where chunks of transactions larger than a batch are staged (``pipeline.spill``).
     chunk_store: ChunkStore | None = None
+    steps: StepObserver = NULL_STEP_OBSERVER  # timings of the steps (benchmarks)
 
 
 @dataclass(frozen=True)
@@ -415,6 +417,7 @@ def _stage(
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
     staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    env.steps.events_staged(part.state.source_table, time.perf_counter() - t0)
     if spill is not None:  # numbered on after the chunks'
         staged = dataclasses.replace(staged, table=renumbered(staged.table, spill.rows))
     if not part.counted:
@@ -501,6 +504,11 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
         return CommitAnswer.UNKNOWN
     finally:
         part.totals.commit_seconds += time.perf_counter() - t0
+    eq = sum(1 for f in action.files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
+    env.steps.snapshot_committed(
+        ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
+        position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
+    )  # fmt: skip
     state.table = table.refresh()
     return CommitAnswer.OK
 
@@ -561,11 +569,12 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                                        rows=p.staged.table.num_rows + p.chunk_rows,
                                        chunk_paths=p.chunks))  # fmt: skip
             if in_driver:
-                return [
-                    apply_local(p.staged.table, t.spec, chunk_paths=t.chunk_paths, io_properties=io_props)  # type: ignore[union-attr]
-                    for p, t in zip(todo, tasks, strict=True)
-                ]
-            return apply_batch_with_spark(env.spark, tasks)
+                return [_write_here(env, p, t, io_props) for p, t in zip(todo, tasks, strict=True)]
+            started = time.perf_counter()
+            try:
+                return apply_batch_with_spark(env.spark, tasks)
+            finally:
+                env.steps.files_written(time.perf_counter() - started, by="spark")
         finally:
             if env.staging_uri is not None:
                 for t in tasks:
@@ -579,6 +588,16 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
         p.totals.stage_seconds += seconds
         p.written = _describe(p, result)
         p.staged = None  # the events live on in the files; free the Arrow copy
+
+
+def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict[str, str]) -> StageResult:
+    """One table's files written in this process (no Spark job)."""
+    assert part.staged is not None
+    started = time.perf_counter()
+    try:
+        return apply_local(part.staged.table, task.spec, chunk_paths=task.chunk_paths, io_properties=io_props)
+    finally:
+        env.steps.files_written(time.perf_counter() - started, by="driver")
 
 
 def _describe(part: _TablePart, result: StageResult) -> _Written:

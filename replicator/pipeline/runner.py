@@ -39,6 +39,7 @@ from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.pipeline.resnapshot import ResnapshotKeeper
 from replicator.pipeline.retained import RetainedLogWatcher
@@ -156,6 +157,7 @@ class Replicator:
         source: ChangeSource | None = None,
         observer: Observer | None = None,
         stop: threading.Event | None = None,
+        steps: StepObserver | None = None,
     ) -> None:
         self.cfg = cfg
         self.observer = observer or NULL_OBSERVER
@@ -195,6 +197,7 @@ class Replicator:
             driver_max_rows=cfg.spark.driver_max_rows,
             row_fill=self.source.needs_row_fill,
             chunk_store=self.chunk_store,
+            steps=steps or NULL_STEP_OBSERVER,
         )
         self.spiller = Spiller(self.env, self.chunk_store)
         self.batcher: Batcher | None = None  # the running loop's (tests read its peak)
@@ -255,10 +258,14 @@ class Replicator:
         try:
             budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
             reader = self._reader
-            tables, reports = m.run_slice(
-                [s.table for s in states], budget_seconds=budget, idle=idle,
-                changes_waiting=reader.events_waiting if reader is not None else None,
-            )  # fmt: skip
+            sliced = time.perf_counter()
+            try:
+                tables, reports = m.run_slice(
+                    [s.table for s in states], budget_seconds=budget, idle=idle,
+                    changes_waiting=reader.events_waiting if reader is not None else None,
+                )  # fmt: skip
+            finally:
+                self.env.steps.maintenance_slice(time.perf_counter() - sliced)
             for state, table in zip(states, tables, strict=True):
                 state.table = table
             source_of = {s.identifier: s.source_table for s in states}
@@ -504,10 +511,12 @@ class Replicator:
             source_id=self.source.source_id,
         )  # fmt: skip
         live = {t: evs for t, evs in batch.events.items() if t not in self.summary.stopped}
+        applying = time.perf_counter()
         outcome = apply_batch(
             self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals()),
             spilled={t: s for t, s in spilled.items() if t not in self.summary.stopped},
         )
+        self.env.steps.batch_applied(live, time.perf_counter() - applying)
         # The batch's chunks are in its files now (or, for a stopped table, not needed: the
         # source is not acknowledged past them, so they are read again after a restart).
         self.chunk_store.discard()
