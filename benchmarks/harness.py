@@ -32,8 +32,9 @@ from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.config import RunConfig
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.metrics import PrometheusObserver
+from replicator.pipeline.assembly import build_source
 from replicator.pipeline.observe import StepObserver, WrittenBy
-from replicator.pipeline.runner import Replicator, RunSummary, build_source
+from replicator.pipeline.runner import Replicator, RunSummary
 from replicator.sources.base import ChangeSource
 
 

@@ -141,9 +141,9 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
     from ops_mapping import MappingPolicy
     from ops_mapping.contract import OP_COLUMN, SEQ_COLUMN, before_key_column
     from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+    from replicator.storage.file_writer import CONTENT_DATA, WriterSpec
+    from replicator.storage.partitioning import partition_plan
     from spark.apply_stage import StageSpec, apply_local
-    from spark.file_writer import CONTENT_DATA, WriterSpec
-    from spark.partitioning import partition_plan
 
     schema = Schema(
         NestedField(1, "id", LongType(), required=True), NestedField(2, "created", TimestamptzType()),

@@ -2,7 +2,7 @@
 
 ``benchmarks.run`` starts Spark with ``spark.python.daemon.module=benchmarks.spark_probe``:
 this module wraps the mapper (``ops_mapping.BatchMapper``) and the file writer
-(``spark.file_writer.TableFileWriter``) methods with timers, then runs pyspark's own daemon,
+(``replicator.storage.file_writer.TableFileWriter``) methods with timers, then runs pyspark's own daemon,
 whose forked workers inherit the wrappers. When a worker closes its writer (the end of one
 table's batch) it appends one JSON line with the seconds spent mapping and writing files to
 ``$REPLICATOR_BENCH_PROBE``. Nothing in the engine changes; without the environment variable
@@ -53,7 +53,7 @@ def _flush_on_close(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def install() -> None:
     from ops_mapping import BatchMapper
-    from spark.file_writer import TableFileWriter
+    from replicator.storage.file_writer import TableFileWriter
 
     BatchMapper.map_chunk = _timed("map", BatchMapper.map_chunk)  # type: ignore[method-assign]
     BatchMapper.finish = _timed("map", BatchMapper.finish)  # type: ignore[method-assign]

@@ -30,10 +30,10 @@ from pyarrow import fs as pafs
 
 from ops_mapping import SEQ_COLUMN as SEQ
 from ops_mapping import BatchMapper, MappingPolicy, MappingStats
-from spark.faults import maybe_lose_executor
-from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
-from spark.object_storage import open_input
-from spark.partitioning import decode_partition, encode_partition
+from replicator.faults import maybe_lose_executor
+from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
+from replicator.storage.fileio import open_input
+from replicator.storage.partitioning import decode_partition, encode_partition
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -42,7 +42,7 @@ RESULT_SCHEMA = pa.schema(
         ("records", pa.int64()),
         ("size", pa.int64()),
         ("stats", pa.string()),
-        ("partition", pa.string()),  # the file's partition tuple (spark.partitioning's JSON)
+        ("partition", pa.string()),  # the file's partition tuple (replicator.storage.partitioning's JSON)
     ]
 )
 RESULT_DDL = "content int, path string, records long, size long, stats string, partition string"

@@ -52,7 +52,7 @@ from replicator.errors import CommitStateUnknownError, ConfigError, TransientErr
 from replicator.iceberg import sql_commit
 from replicator.retry import DEFAULT_POLICY, RetryPolicy, call_with_retries, commit_failure
 from replicator.secrets import scrub
-from spark.object_storage import file_io_properties
+from replicator.storage.fileio import file_io_properties
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import PropertiesUpdateSummary
