@@ -11,6 +11,7 @@ from pathlib import Path
 from replicator.events.model import ChangeEvent
 from replicator.pipeline.observe import StepObserver, WrittenBy
 from replicator.pipeline.runner import Replicator
+from spark.apply_stage import WorkerSteps, observe_workers
 from tests.maintenance.support import config, feed, mixed, table
 from tests.pipeline.dbz import ChangeLog
 
@@ -69,3 +70,33 @@ def test_each_step_is_reported_where_it_happens(tmp_path: Path) -> None:
     assert sum(c[1] for c in committed) == contents.count(0)
     assert sum(c[2] + c[3] for c in committed) == contents.count(1) + contents.count(2)
     assert {c[0] for c in committed} == {"cdc.items"}
+
+
+class Worker(WorkerSteps):
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.tables = 0
+
+    def chunk_done(self, *, mapped: float, written: float) -> None:
+        assert mapped >= 0 and written >= 0
+        self.chunks += 1
+
+    def table_done(self, *, mapped: float, written: float, closed: float) -> None:
+        assert mapped >= 0 and written >= 0 and closed >= 0
+        self.tables += 1
+
+
+def test_the_stage_worker_reports_chunks_and_tables(tmp_path: Path) -> None:
+    log = ChangeLog()
+    mixed(log, random.Random(6), 20)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8)
+    steps, worker = Recording(), Worker()
+    observe_workers(worker)
+    try:
+        Replicator(cfg, engine="local", steps=steps).run(until_idle=True)
+    finally:
+        observe_workers(WorkerSteps())
+    # One table's batch per stage run in this process (the local engine), each of >= 1 chunk.
+    assert worker.tables == sum(1 for k, _ in steps.calls if k == "written") > 1
+    assert worker.chunks >= worker.tables
