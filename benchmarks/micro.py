@@ -30,15 +30,22 @@ MB = 1 << 20
 
 
 def commits(before: int, measured: int = 100) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
     from replicator.iceberg import sql_commit
     from replicator.iceberg.catalog import make_resilient
     from replicator.iceberg.row_delta import commit_row_delta
     from tests.iceberg.tablekit import SCHEMA, data_file, sql_catalog
 
     def run(fast: bool) -> float:
-        catalog = make_resilient(sql_catalog(Path(tempfile.mkdtemp(prefix="rp-micro-"))))
+        root = Path(tempfile.mkdtemp(prefix="rp-micro-"))
         if fast:
-            sql_commit.install(catalog)
+            props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
+            sql: SqlCatalog = sql_commit.FastCommitSqlCatalog("test", **props)
+            sql.create_namespace("db")
+        else:
+            sql = sql_catalog(root)
+        catalog = make_resilient(sql)
         table = catalog.create_table("db.t", SCHEMA, properties={"format-version": "2"})
         files = [data_file(table, f"d{i}", [(i, f"n{i}")]) for i in range(before + measured)]
         t0 = 0.0
@@ -180,9 +187,9 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
     from ops_mapping import MappingPolicy
     from ops_mapping.contract import OP_COLUMN, SEQ_COLUMN, before_key_column
     from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+    from replicator.storage.file_writer import CONTENT_DATA, WriterSpec
+    from replicator.storage.partitioning import partition_plan
     from spark.apply_stage import StageSpec, apply_local
-    from spark.file_writer import CONTENT_DATA, WriterSpec
-    from spark.partitioning import partition_plan
 
     schema = Schema(
         NestedField(1, "id", LongType(), required=True), NestedField(2, "created", TimestamptzType()),

@@ -114,7 +114,7 @@ def versions() -> dict[str, str]:
         out["mysql-replication"] = version("mysql-replication")
         out["matplotlib"] = version("matplotlib")
     with contextlib.suppress(Exception):
-        from spark.runtime_jars import runtime_jars
+        from replicator.jars.runtime_jars import runtime_jars
 
         out["iceberg-spark-runtime"] = Path(runtime_jars()[0]).name
     with contextlib.suppress(Exception):

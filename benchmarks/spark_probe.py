@@ -1,65 +1,51 @@
 """Spark's Python daemon with timers around the apply stage's worker (benchmarks only).
 
 ``benchmarks.run`` starts Spark with ``spark.python.daemon.module=benchmarks.spark_probe``:
-this module wraps the mapper (``ops_mapping.BatchMapper``) and the file writer
-(``spark.file_writer.TableFileWriter``) methods with timers, then runs pyspark's own daemon,
-whose forked workers inherit the wrappers. When a worker closes its writer (the end of one
-table's batch) it appends one JSON line with the seconds spent mapping and writing files to
-``$REPLICATOR_BENCH_PROBE``. Nothing in the engine changes; without the environment variable
-the wrappers only count.
+this module gives the stage's workers a step observer (``spark.apply_stage.observe_workers``:
+seconds spent mapping with ``ops_mapping.BatchMapper`` and writing files with the file
+writer), then runs pyspark's own daemon, whose forked workers inherit it. When a worker is
+done with one table's batch it appends one JSON line with those seconds to
+``$REPLICATOR_BENCH_PROBE``. Nothing in the engine is replaced; without the environment
+variable the observer only counts.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-_acc: dict[str, float] = {}
-
-
-def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _acc[name] = _acc.get(name, 0.0) + time.perf_counter() - t0
-
-    return wrapper
+from spark.apply_stage import WorkerSteps, observe_workers
 
 
-def _flush_on_close(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _acc["write_close"] = _acc.get("write_close", 0.0) + time.perf_counter() - t0
-            path = os.environ.get("REPLICATOR_BENCH_PROBE")
-            if path:
-                line = json.dumps({"pid": os.getpid(), "t": time.time(), **_acc})
-                with open(path, "a") as fh:  # one short line: appends do not interleave
-                    fh.write(line + "\n")
-            _acc.clear()
+class ProbeSteps(WorkerSteps):
+    """Accumulates a table's seconds; one JSON line per table's batch."""
 
-    return wrapper
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = {}
+
+    def _add(self, name: str, seconds: float) -> None:
+        self.acc[name] = self.acc.get(name, 0.0) + seconds
+
+    def chunk_done(self, *, mapped: float, written: float) -> None:
+        self._add("map", mapped)
+        self._add("write", written)
+
+    def table_done(self, *, mapped: float, written: float, closed: float) -> None:
+        self._add("map", mapped)
+        self._add("write", written)
+        self._add("write_close", closed)
+        path = os.environ.get("REPLICATOR_BENCH_PROBE")
+        if path:
+            line = json.dumps({"pid": os.getpid(), "t": time.time(), **self.acc})
+            with open(path, "a") as fh:  # one short line: appends do not interleave
+                fh.write(line + "\n")
+        self.acc.clear()
 
 
 def install() -> None:
-    from ops_mapping import BatchMapper
-    from spark.file_writer import TableFileWriter
-
-    BatchMapper.map_chunk = _timed("map", BatchMapper.map_chunk)  # type: ignore[method-assign]
-    BatchMapper.finish = _timed("map", BatchMapper.finish)  # type: ignore[method-assign]
-    for name in ("write_data", "write_equality_deletes", "write_position_deletes"):
-        setattr(TableFileWriter, name, _timed("write", getattr(TableFileWriter, name)))
-    TableFileWriter.close = _flush_on_close(TableFileWriter.close)  # type: ignore[method-assign]
+    observe_workers(ProbeSteps())
 
 
 def read_probe(path: str, since: float = 0.0) -> Iterator[dict[str, float]]:

@@ -1,1 +1,2 @@
-"""Spark + Iceberg Java helpers (runtime jars, shared local session)."""
+"""Spark with Iceberg Java: the shared session (``session``), the apply stage's job
+(``apply_stage``) and Hadoop S3A for tables on object storage (``s3a``)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +31,10 @@ from pyarrow import fs as pafs
 
 from ops_mapping import SEQ_COLUMN as SEQ
 from ops_mapping import BatchMapper, MappingPolicy, MappingStats
-from spark.faults import maybe_lose_executor
-from spark.file_writer import TableFileWriter, WriterSpec, WrittenFile
-from spark.object_storage import open_input
-from spark.partitioning import PartitionKey, decode_partition, encode_partition
+from replicator.faults import maybe_lose_executor
+from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
+from replicator.storage.fileio import open_input
+from replicator.storage.partitioning import PartitionKey, decode_partition, encode_partition
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -42,7 +43,7 @@ RESULT_SCHEMA = pa.schema(
         ("records", pa.int64()),
         ("size", pa.int64()),
         ("stats", pa.string()),
-        ("partition", pa.string()),  # the file's partition tuple (spark.partitioning's JSON)
+        ("partition", pa.string()),  # the file's partition tuple (replicator.storage.partitioning's JSON)
         ("spec_id", pa.int32()),  # its partition spec; -1: the writer's (the table's default)
     ]
 )
@@ -77,6 +78,29 @@ class StageResult:
     stats: dict[str, int]
 
 
+class WorkerSteps:
+    """What a stage worker tells about its own work, for measurement (the benchmarks' Spark
+    daemon installs one with :func:`observe_workers` before it forks the workers). The base
+    class does nothing; calls come once per chunk and once per table, never per row."""
+
+    def chunk_done(self, *, mapped: float, written: float) -> None:
+        """One chunk of staged rows: seconds mapping it, seconds writing its files' rows."""
+
+    def table_done(self, *, mapped: float, written: float, closed: float) -> None:
+        """The table's batch is done: seconds of the mapper's finish, of writing its position
+        deletes, of closing the files."""
+
+
+_worker_steps = WorkerSteps()
+
+
+def observe_workers(steps: WorkerSteps) -> None:
+    """Report the steps of every stage worker of this process (and of processes forked from
+    it) to ``steps``."""
+    global _worker_steps
+    _worker_steps = steps
+
+
 def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
@@ -93,6 +117,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         writer = TableFileWriter(spec.writer)
         mapper: BatchMapper | None = None
+        steps, clock = _worker_steps, time.perf_counter
         for batch in batches:
             if mapper is None:
                 # Types as they arrive (Spark hands over string, not large_string); the file
@@ -101,16 +126,25 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
                 mapper = BatchMapper(spec.key_columns, data_schema, spec.policy, table_rows=spec.table_rows)
             if batch.num_rows == 0:
                 continue
+            started = clock()
             chunk = mapper.map_chunk(batch)
+            mapped = clock()
             for piece in chunk.data:
                 writer.write_data(piece.file_index, piece.rows)
             writer.write_equality_deletes(chunk.equality_deletes)
+            steps.chunk_done(mapped=mapped - started, written=clock() - mapped)
         if mapper is None:
             return
+        started = clock()
         tail = mapper.finish()
+        mapped = clock()
         writer.write_position_deletes(tail.position_deletes)
         writer.write_position_deletes_by_home(tail.table_position_deletes, spec.table_homes, kind="tposdel")
-        files = writer.close()
+        written = clock()
+        try:
+            files = writer.close()
+        finally:
+            steps.table_done(mapped=mapped - started, written=written - mapped, closed=clock() - written)
         stats = orjson.dumps(_stats_dict(tail.stats)).decode()
         yield pa.RecordBatch.from_pylist(
             [

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark.runtime_jars import runtime_jars
+from replicator.jars.runtime_jars import runtime_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,7 +119,7 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
         "spark.jars": ",".join(runtime_jars()),
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         # s3:// (as pyiceberg writes table locations) is served by Hadoop S3A, when its jars
-        # are there (spark/s3a_jars.py); buckets are configured by spark.object_storage.
+        # are there (replicator/jars/s3a_jars.py); buckets are configured by spark.s3a.
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.sql.session.timeZone": "UTC",
         # Staged batches are written by pyarrow in the proleptic Gregorian calendar: read

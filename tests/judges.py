@@ -106,7 +106,7 @@ def use_object_store(bucket: str, properties: Mapping[str, str]) -> None:
 
 
 def _spark() -> SparkSession:
-    from spark.object_storage import configure_spark
+    from spark.s3a import configure_spark
     from spark.session import get_spark
 
     session = get_spark()

@@ -136,8 +136,8 @@ def test_catalog_reads_are_retried(catalog: SqlCatalog) -> None:
     catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
     catalog.load_table = _flaky(catalog.load_table, [ServiceUnavailableError("503"), _refused()])  # type: ignore[method-assign]
     flaky = catalog.load_table
-    make_resilient(catalog, FAST)
-    assert catalog.load_table("ns.t").name() == ("ns", "t")
+    resilient = make_resilient(catalog, FAST)
+    assert resilient.load_table("ns.t").name() == ("ns", "t")
     assert len(flaky.calls) == 3
 
 
@@ -153,16 +153,14 @@ def test_a_create_whose_answer_was_lost_finds_the_table(catalog: SqlCatalog) -> 
 
     calls: list[int] = []
     catalog.create_table = create_then_lose_answer  # type: ignore[method-assign]
-    make_resilient(catalog, FAST)
-    table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    table = make_resilient(catalog, FAST).create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
     assert table.name() == ("ns", "t")
 
 
 def test_commit_with_a_lost_answer_raises_commit_state_unknown(catalog: SqlCatalog) -> None:
-    table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
     catalog.commit_table = _flaky(catalog.commit_table, [ServiceUnavailableError("503"), _lost_answer()])  # type: ignore[method-assign]
     flaky = catalog.commit_table
-    make_resilient(catalog, FAST)
+    table = make_resilient(catalog, FAST).create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
     with pytest.raises(CommitStateUnknownError) as exc:
         table.append(pa.table({"id": pa.array([1], pa.int64())}))
     assert exc.value.table == "ns.t" and "may have happened" in str(exc.value)

@@ -12,7 +12,7 @@ from replicator.iceberg.cuts import replicated_tables
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, open_catalog
 from replicator.maintenance.scheduler import Maintainer
 from replicator.maintenance.status import format_health, table_health
-from replicator.pipeline.runner import state_lock
+from replicator.pipeline.assembly import state_lock
 
 
 def run_maintain(cfg: RunConfig, only: list[str] | None) -> int:

@@ -10,7 +10,8 @@ from pyiceberg.table import Table
 
 from replicator.checkpoint import read_checkpoint
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY
-from spark.object_storage import configure_spark, file_io_properties
+from replicator.storage.fileio import file_io_properties
+from spark.s3a import configure_spark
 
 
 @dataclass

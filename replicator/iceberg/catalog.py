@@ -4,8 +4,10 @@
 pyiceberg catalog's properties (REST with OAuth2 client credentials or a bearer token, SQL,
 Glue, Hive, ...), handed to ``pyiceberg.catalog.load_catalog`` as they are.
 
-Resilience: the catalog's calls are wrapped on the instance (so the ``Table`` objects it
-returns, which call back into it for ``refresh()`` and commits, go through the wrappers too):
+Resilience: the engine talks to a ``ResilientCatalog``, a pyiceberg ``Catalog`` that holds the
+loaded catalog and passes every call on to it. The ``Table`` objects it returns are bound to the
+wrapper (they call back into their catalog for ``refresh()`` and commits), so those go through
+the wrapper too:
 
 * reads (``load_table``, ``list_tables``, ...) are retried on transient errors with backoff;
 * ``create_table`` / ``create_namespace`` too (a lost answer to a create that did happen is
@@ -14,19 +16,24 @@ returns, which call back into it for ``refresh()`` and commits, go through the w
   503/429); when its answer may have been lost it raises ``CommitStateUnknownError`` for the
   commit loop, which reads the table's checkpoint to decide (replicator.retry.commit_failure).
 
+Nothing is assigned on the loaded catalog object (issue 25): what changes is which object the
+engine calls. A SQL catalog is opened as ``sql_commit.FastCommitSqlCatalog`` (a subclass).
+
 REST calls get a default timeout (pyiceberg sets none, so a silent server would hang the
-engine). pyiceberg internals used: ``RestCatalog._session`` (a ``requests.Session``).
+engine): each transport adapter mounted on the REST session is wrapped in one that supplies
+it, through ``requests``' own ``Session.mount``. pyiceberg internals used:
+``RestCatalog._session`` (a ``requests.Session``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     ForbiddenError,
     NamespaceAlreadyExistsError,
@@ -35,23 +42,32 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     UnauthorizedError,
 )
+from pyiceberg.table import CreateTableTransaction, StagedTable, Table
+from pyiceberg.typedef import EMPTY_DICT
+from requests import PreparedRequest, Response
+from requests.adapters import BaseAdapter
 
 from replicator.config import IcebergConfig
 from replicator.errors import CommitStateUnknownError, ConfigError, TransientError
 from replicator.iceberg import sql_commit
 from replicator.retry import DEFAULT_POLICY, RetryPolicy, call_with_retries, commit_failure
 from replicator.secrets import scrub
-from spark.object_storage import file_io_properties
+from replicator.storage.fileio import file_io_properties
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import PropertiesUpdateSummary
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import CommitTableResponse
+    from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.typedef import Identifier, Properties
+    from pyiceberg.view import View
 
 log = logging.getLogger(__name__)
 
 # (connect, read) seconds for REST catalog requests.
 REST_TIMEOUT = (10.0, 120.0)
 
-_RETRIED_READS = (
-    "load_table", "list_tables", "list_namespaces", "table_exists", "namespace_exists",
-    "load_namespace_properties",
-)
+T = TypeVar("T")
 
 
 def catalog_properties(cfg: IcebergConfig) -> dict[str, str]:
@@ -62,13 +78,13 @@ def catalog_properties(cfg: IcebergConfig) -> dict[str, str]:
     return props
 
 
-def open_catalog(cfg: IcebergConfig, *, policy: RetryPolicy = DEFAULT_POLICY) -> Catalog:
+def open_catalog(cfg: IcebergConfig, *, policy: RetryPolicy = DEFAULT_POLICY) -> ResilientCatalog:
     """The configured catalog, with resilient calls and the namespace created."""
     where = cfg.describe_catalog()
     props = catalog_properties(cfg)
     try:
-        catalog = call_with_retries(
-            lambda: load_catalog(cfg.catalog_name, **props), what=f"opening {where}", policy=policy
+        loaded = call_with_retries(
+            lambda: _load(cfg.catalog_name, props), what=f"opening {where}", policy=policy
         )
     except TransientError:
         raise
@@ -79,78 +95,123 @@ def open_catalog(cfg: IcebergConfig, *, policy: RetryPolicy = DEFAULT_POLICY) ->
         ) from None
     except (ValueError, NotInstalledError, ImportError) as exc:
         raise ConfigError(f"cannot open the {where}: {scrub(str(exc))}") from None
-    make_resilient(catalog, policy)
-    sql_commit.install(catalog)  # a SQL catalog's commits without re-parse and deep copy
+    catalog = make_resilient(loaded, policy)
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(cfg.namespace)
     return catalog
 
 
-def make_resilient(catalog: Catalog, policy: RetryPolicy = DEFAULT_POLICY) -> Catalog:
-    """Wrap the catalog's calls in place (idempotent)."""
-    if getattr(catalog, "_replicator_resilient", False):
-        return catalog
-    name = type(catalog).__name__
-    for method in _RETRIED_READS:
-        if hasattr(catalog, method):
-            setattr(catalog, method, _retrying(getattr(catalog, method), f"{name}.{method}", policy))
-    catalog.create_table = _creating(  # type: ignore[method-assign]
-        catalog.create_table, catalog.load_table, TableAlreadyExistsError, f"{name}.create_table", policy)
-    catalog.create_namespace = _creating(  # type: ignore[method-assign]
-        catalog.create_namespace, None, NamespaceAlreadyExistsError, f"{name}.create_namespace", policy)
-    catalog.commit_table = _committing(catalog.commit_table, f"{name}.commit_table", policy)  # type: ignore[method-assign]
-    _set_rest_timeout(catalog)
-    catalog._replicator_resilient = True  # type: ignore[attr-defined]
+def _load(name: str, props: dict[str, str]) -> Catalog:
+    catalog = load_catalog(name, **props)
+    if type(catalog) is SqlCatalog:
+        # The same catalog (same name, same merged properties), opened as the subclass with
+        # the cheaper commit path.
+        fast = sql_commit.FastCommitSqlCatalog(catalog.name, **catalog.properties)
+        catalog.engine.dispose()
+        return fast
     return catalog
 
 
-def _retrying(fn: Callable[..., Any], what: str, policy: RetryPolicy) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return call_with_retries(lambda: fn(*args, **kwargs), what=what, policy=policy)
+def make_resilient(catalog: Catalog, policy: RetryPolicy = DEFAULT_POLICY) -> ResilientCatalog:
+    """``catalog`` behind a ``ResilientCatalog`` (a resilient one is returned as it is)."""
+    if isinstance(catalog, ResilientCatalog):
+        return catalog
+    return ResilientCatalog(catalog, policy)
 
-    return call
+
+def unwrapped(catalog: Catalog) -> Catalog:
+    """The pyiceberg catalog behind the engine's wrapper (for code that needs its type)."""
+    return catalog.inner if isinstance(catalog, ResilientCatalog) else catalog
 
 
-def _creating(
-    fn: Callable[..., Any], load: Callable[..., Any] | None, exists: type[Exception], what: str,
-    policy: RetryPolicy,
-) -> Callable[..., Any]:
-    """A create that may be retried: if an earlier attempt's answer was lost and it did
-    create the thing, the retry's "already exists" means success."""
+class ResilientCatalog(Catalog):
+    """A pyiceberg catalog that retries the calls of the catalog it holds (module docstring)."""
 
-    @functools.wraps(fn)
-    def call(identifier: Any, *args: Any, **kwargs: Any) -> Any:
+    def __init__(self, inner: Catalog, policy: RetryPolicy = DEFAULT_POLICY) -> None:
+        super().__init__(inner.name, **inner.properties)
+        self.inner = inner
+        self.policy = policy
+        self._kind = type(inner).__name__
+        _set_rest_timeout(inner)
+
+    # -- retried ---------------------------------------------------------------------------
+
+    def _retried(self, method: str, call: Callable[[], T]) -> T:
+        return call_with_retries(call, what=f"{self._kind}.{method}", policy=self.policy)
+
+    def _bound(self, table: Table) -> Table:
+        """``table`` calling back into this wrapper (its refreshes and commits retried)."""
+        return Table(table.name(), table.metadata, table.metadata_location, table.io, self, table.config)
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        return self._bound(self._retried("load_table", lambda: self.inner.load_table(identifier)))
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        return self._retried("list_tables", lambda: self.inner.list_tables(namespace))
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        return self._retried("list_namespaces", lambda: self.inner.list_namespaces(namespace))
+
+    def table_exists(self, identifier: str | Identifier) -> bool:
+        return self._retried("table_exists", lambda: self.inner.table_exists(identifier))
+
+    def namespace_exists(self, namespace: str | Identifier) -> bool:
+        return self._retried("namespace_exists", lambda: self.inner.namespace_exists(namespace))
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
+        return self._retried(
+            "load_namespace_properties", lambda: self.inner.load_namespace_properties(namespace)
+        )
+
+    def create_table(self, identifier: str | Identifier, schema: Schema | Any, *args: Any, **kwargs: Any) -> Table:
+        def create() -> Table:
+            return self.inner.create_table(identifier, schema, *args, **kwargs)
+
+        table = self._creating("create_table", identifier, create, TableAlreadyExistsError,
+                               lambda: self.inner.load_table(identifier))  # fmt: skip
+        return self._bound(table)
+
+    def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
+        def create() -> None:
+            self.inner.create_namespace(namespace, properties)
+
+        self._creating("create_namespace", namespace, create, NamespaceAlreadyExistsError, None)
+
+    def _creating(
+        self, method: str, identifier: Any, create: Callable[[], T], exists: type[Exception],
+        load: Callable[[], T] | None,
+    ) -> T:
+        """A create that may be retried: if an earlier attempt's answer was lost and it did
+        create the thing, the retry's "already exists" means success."""
+        what = f"{self._kind}.{method}"
         attempts = 0
 
-        def once() -> Any:
+        def once() -> T:
             nonlocal attempts
             attempts += 1
             try:
-                return fn(identifier, *args, **kwargs)
+                return create()
             except exists:
                 if attempts == 1 or load is None:
                     raise
                 log.info("%s: %s exists after a retried create; using it", what, identifier)
-                return load(identifier)
+                return load()
 
-        return call_with_retries(once, what=what, policy=policy)
+        return call_with_retries(once, what=what, policy=self.policy)
 
-    return call
+    def commit_table(
+        self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> CommitTableResponse:
+        def classify(exc: BaseException) -> TransientError | None:
+            err = commit_failure(exc)
+            if isinstance(err, CommitStateUnknownError):
+                raise err from exc  # never retried blindly: the checkpoint decides
+            return err
 
-
-def _committing(fn: Callable[..., Any], what: str, policy: RetryPolicy) -> Callable[..., Any]:
-    def classify(exc: BaseException) -> TransientError | None:
-        err = commit_failure(exc)
-        if isinstance(err, CommitStateUnknownError):
-            raise err from exc  # never retried blindly: the checkpoint decides
-        return err
-
-    @functools.wraps(fn)
-    def call(table: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return call_with_retries(
-                lambda: fn(table, *args, **kwargs), what=what, policy=policy, classify=classify
+                lambda: self.inner.commit_table(table, requirements, updates),
+                what=f"{self._kind}.commit_table", policy=self.policy, classify=classify,
             )
         except CommitStateUnknownError as exc:
             raise CommitStateUnknownError(
@@ -160,7 +221,63 @@ def _committing(fn: Callable[..., Any], what: str, policy: RetryPolicy) -> Calla
                 "a restart settles it and never applies the batch twice",
             ) from exc.__cause__
 
-    return call
+    # -- passed on -------------------------------------------------------------------------
+
+    def create_table_transaction(
+        self, identifier: str | Identifier, schema: Schema | Any, *args: Any, **kwargs: Any
+    ) -> CreateTableTransaction:
+        staged = self.inner.create_table_transaction(identifier, schema, *args, **kwargs)._table
+        assert isinstance(staged, StagedTable)
+        # The creating commit goes through this wrapper's commit_table.
+        return CreateTableTransaction(StagedTable(
+            staged.name(), staged.metadata, staged.metadata_location, staged.io, self, staged.config
+        ))  # fmt: skip
+
+    def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
+        return self._bound(self.inner.register_table(identifier, metadata_location, overwrite))
+
+    def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
+        return self._bound(self.inner.rename_table(from_identifier, to_identifier))
+
+    def drop_table(self, identifier: str | Identifier) -> None:
+        self.inner.drop_table(identifier)
+
+    def purge_table(self, identifier: str | Identifier) -> None:
+        self.inner.purge_table(identifier)
+
+    def drop_namespace(self, namespace: str | Identifier) -> None:
+        self.inner.drop_namespace(namespace)
+
+    def update_namespace_properties(
+        self, namespace: str | Identifier, removals: set[str] | None = None, updates: Properties = EMPTY_DICT
+    ) -> PropertiesUpdateSummary:
+        return self.inner.update_namespace_properties(namespace, removals, updates)
+
+    def view_exists(self, identifier: str | Identifier) -> bool:
+        return self.inner.view_exists(identifier)
+
+    def list_views(self, namespace: str | Identifier) -> list[Identifier]:
+        return self.inner.list_views(namespace)
+
+    def load_view(self, identifier: str | Identifier) -> View:
+        return self.inner.load_view(identifier)
+
+    def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
+        return self.inner.register_view(identifier, metadata_location)
+
+    def drop_view(self, identifier: str | Identifier) -> None:
+        self.inner.drop_view(identifier)
+
+    def create_view(self, identifier: str | Identifier, *args: Any, **kwargs: Any) -> View:
+        return self.inner.create_view(identifier, *args, **kwargs)
+
+    def supports_server_side_planning(self) -> bool:
+        # pyiceberg plans a scan on the server only for a RestCatalog object itself; through
+        # the wrapper, scans are planned from the manifests (the engine's default anyway).
+        return False
+
+    def __repr__(self) -> str:
+        return f"ResilientCatalog({self.inner!r})"
 
 
 def _set_rest_timeout(catalog: Catalog) -> None:
@@ -171,10 +288,32 @@ def _set_rest_timeout(catalog: Catalog) -> None:
 
     if not isinstance(session, requests.Session):
         return
-    original: Callable[..., Any] = session.request
+    for prefix, adapter in list(session.adapters.items()):
+        if not isinstance(adapter, _DefaultTimeout):
+            session.mount(prefix, _DefaultTimeout(adapter))
 
-    def request(method: str, url: str, **kwargs: Any) -> Any:
-        kwargs.setdefault("timeout", REST_TIMEOUT)
-        return original(method, url, **kwargs)
 
-    setattr(session, "request", request)  # noqa: B010  (an instance attribute, on purpose)
+class _DefaultTimeout(BaseAdapter):
+    """A ``requests`` transport adapter that gives requests without a timeout ``REST_TIMEOUT``
+    and hands them to the adapter it wraps (pyiceberg's, SigV4 included)."""
+
+    def __init__(self, inner: BaseAdapter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def send(
+        self,
+        request: PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float | None, float | None] | None = None,
+        verify: bool | str = True,
+        cert: str | tuple[str, str] | None = None,
+        proxies: dict[str, str] | None = None,
+    ) -> Response:
+        return self.inner.send(
+            request, stream=stream, timeout=REST_TIMEOUT if timeout is None else timeout,
+            verify=verify, cert=cert, proxies=proxies,
+        )
+
+    def close(self) -> None:
+        self.inner.close()

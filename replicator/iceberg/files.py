@@ -41,7 +41,7 @@ from pyiceberg.types import LongType, NestedField, PrimitiveType, StringType
 
 from ops_mapping.contract import POSITION_DELETE_FILE_PATH_ID, POSITION_DELETE_POS_ID
 from replicator.retry import call_with_retries
-from spark.partitioning import PartitionKey
+from replicator.storage.partitioning import PartitionKey
 
 __all__ = [
     "POSITION_DELETE_FILE_PATH_ID",

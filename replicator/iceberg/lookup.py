@@ -15,7 +15,8 @@ from typing import Any
 from pyiceberg.table import Table
 
 from replicator.events.unavailable import Key
-from spark.object_storage import configure_spark, file_io_properties
+from replicator.storage.fileio import file_io_properties
+from spark.s3a import configure_spark
 
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 

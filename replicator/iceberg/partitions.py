@@ -31,7 +31,7 @@ from pyiceberg.transforms import IdentityTransform, parse_transform
 
 from replicator.config import parse_partition_field, parse_sort_field
 from replicator.errors import ConfigError
-from spark.partitioning import PartitionKey
+from replicator.storage.partitioning import PartitionKey
 
 __all__ = [
     "ensure_global_spec",

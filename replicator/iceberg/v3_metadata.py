@@ -34,6 +34,8 @@ from pyiceberg.typedef import IcebergBaseModel, Identifier
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from replicator.iceberg.catalog import unwrapped
+
 __all__ = ["commit_v3", "create_v3_table", "metadata_json"]
 
 _VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json$")
@@ -80,7 +82,8 @@ def commit_v3(
     first (nothing of ours is referenced then).
     """
     catalog = table.catalog
-    if not isinstance(catalog, SqlCatalog):
+    sql = unwrapped(catalog)  # the engine's tables are bound to its ResilientCatalog
+    if not isinstance(sql, SqlCatalog):
         response = catalog.commit_table(table, requirements, updates)
         return response.metadata, response.metadata_location
     current = catalog.load_table(table.name())
@@ -97,11 +100,11 @@ def commit_v3(
         location = location.replace(".metadata.json", f"-{uuid.uuid4()}.metadata.json")
     _write(table.io, location, metadata)
     namespace = Catalog.namespace_to_string(Catalog.namespace_from(table.name()))
-    with Session(catalog.engine) as session:
+    with Session(sql.engine) as session:
         result = session.execute(
             update(IcebergTables)
             .where(
-                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.catalog_name == sql.name,
                 IcebergTables.table_namespace == namespace,
                 IcebergTables.table_name == Catalog.table_name_from(table.name()),
                 IcebergTables.metadata_location == current.metadata_location,

@@ -4,7 +4,7 @@ snapshot that removes the old data files and the position-delete files that no l
 
 Rows are read with pyiceberg's Arrow scan (position deletes applied, old files projected to
 the current schema by field id) and written by the engine's own file writer
-(``spark.file_writer``), so compacted files look like any batch's files.
+(``replicator.storage.file_writer``), so compacted files look like any batch's files.
 
 The new files keep the highest data sequence number of the files they replace, so every
 delete committed after those still applies to the compacted rows. That would wrongly put rows
@@ -40,9 +40,9 @@ from replicator.iceberg.partitions import partition_key, sort_columns
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
 from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
-from spark.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
-from spark.object_storage import file_io_properties
-from spark.partitioning import PartitionKey
+from replicator.storage.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
+from replicator.storage.fileio import file_io_properties
+from replicator.storage.partitioning import PartitionKey
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ names them by position:
    data file's sequence number and with the delete keys, each key carrying the highest sequence
    number of the converted files that hold it: a row is hit iff ``data_seq < max(eq_seq)``;
 3. the positions, range-partitioned and sorted by (file_path, pos) as the spec requires, are
-   written by Spark tasks with the engine's file writer (``spark.file_writer``);
+   written by Spark tasks with the engine's file writer (``replicator.storage.file_writer``);
 4. ``commit_rewrite``: one ``replace`` snapshot removing the converted equality-delete files
    and adding the position-delete files, based on the planned head (``CommitConflictError`` if
    another commit came first).
@@ -59,14 +59,15 @@ from replicator.maintenance.conversion_arrow import (
     candidate_data_files,
     local_positions,
 )
-from spark.file_writer import (
+from replicator.storage.file_writer import (
     WRITTEN_FILE_DDL,
     TableFileWriter,
     WriterSpec,
     write_position_delete_partition,
 )
-from spark.object_storage import configure_spark, file_io_properties
-from spark.partitioning import PartitionKey
+from replicator.storage.fileio import file_io_properties
+from replicator.storage.partitioning import PartitionKey
+from spark.s3a import configure_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

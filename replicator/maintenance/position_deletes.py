@@ -35,9 +35,9 @@ from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.partitions import partition_key
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
-from spark.file_writer import TableFileWriter, WriterSpec
-from spark.object_storage import file_io_properties
-from spark.partitioning import PartitionKey
+from replicator.storage.file_writer import TableFileWriter, WriterSpec
+from replicator.storage.fileio import file_io_properties
+from replicator.storage.partitioning import PartitionKey
 
 log = logging.getLogger(__name__)
 

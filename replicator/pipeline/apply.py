@@ -54,7 +54,6 @@ from replicator.commit import (
     write_together,
 )
 from replicator.errors import (
-    BadInputError,
     CommitConflictError,
     CommitStateUnknownError,
     SchemaChangeError,
@@ -62,8 +61,8 @@ from replicator.errors import (
 )
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
-from replicator.events.unavailable import fill_unavailable, has_unavailable
-from replicator.iceberg.branches import MAIN_BRANCH, target_branch
+from replicator.events.unavailable import has_unavailable
+from replicator.iceberg.branches import target_branch
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -71,7 +70,6 @@ from replicator.iceberg.files import (
     position_delete_arrow_schema,
     position_delete_file_from_parquet,
 )
-from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.partitions import global_spec_id, sort_columns
 from replicator.iceberg.row_delta import commit_row_delta
 from replicator.iceberg.tables import TableManager, TableState, engine_type
@@ -79,22 +77,28 @@ from replicator.pipeline.chunks import (
     UNFILLABLE_IN_CHUNKS,
     ChunkStore,
     SpilledTable,
-    align,
-    same_layout,
 )
 from replicator.pipeline.crashpoints import crash_point
+from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import Positions, TableIndexes
+from replicator.pipeline.stage_prep import chunks_for_stage, fill_from_table, held_keys, local_spark
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
     StagedBatch,
-    deferred_key_moves,
     renumbered,
     stage_events,
-    staged_schema,
     with_held_keys,
 )
 from replicator.retry import call_with_retries
+from replicator.storage.file_writer import (
+    CONTENT_DATA,
+    CONTENT_EQUALITY_DELETES,
+    CONTENT_POSITION_DELETES,
+    WriterSpec,
+)
+from replicator.storage.fileio import delete_file, file_io_properties, open_output
+from replicator.storage.partitioning import partition_plan
 from spark.apply_stage import (
     StageResult,
     StageSpec,
@@ -102,14 +106,6 @@ from spark.apply_stage import (
     apply_batch_with_spark,
     apply_local,
 )
-from spark.file_writer import (
-    CONTENT_DATA,
-    CONTENT_EQUALITY_DELETES,
-    CONTENT_POSITION_DELETES,
-    WriterSpec,
-)
-from spark.object_storage import delete_file, file_io_properties, open_output
-from spark.partitioning import partition_plan
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +149,7 @@ class ApplyEnv:
     row_fill: bool = False
     # Where chunks of transactions larger than a batch are staged (``pipeline.spill``).
     chunk_store: ChunkStore | None = None
+    steps: StepObserver = NULL_STEP_OBSERVER  # timings of the steps (benchmarks)
     # ``delete_mode: position``: the tables' primary-key indexes, and which source tables
     # use them (config ``iceberg.delete_mode``); None: every table in equality mode.
     indexes: TableIndexes | None = None
@@ -322,7 +319,9 @@ def _prepare(
     spill = part.spilled if spilled else None
     if spill is not None and any(has_unavailable(e.after) or has_unavailable(e.before) for e in events):
         raise BadChangeError(UNFILLABLE_IN_CHUNKS, table=part.state.source_table, position=events[0].position)
-    pending = _fill_unavailable(env, part.state, events, use_table=not part.truncate)
+    pending = events
+    if events and env.row_fill:  # only Debezium input carries them (Postgres fills TOAST at the source)
+        pending = fill_from_table(_spark_of(env), part.state, events, use_table=not part.truncate)
     staged = _stage(env, part, pending, spill)
     part.staged = _with_held_keys(env, part, staged, spill)
     part.positions = None
@@ -344,96 +343,23 @@ def _earlier_rows(env: ApplyEnv, part: _TablePart, staged: StagedBatch) -> Posit
 def _with_held_keys(
     env: ApplyEnv, part: _TablePart, staged: StagedBatch, spill: SpilledTable | None
 ) -> StagedBatch:
-    """When a key move of this batch may land on a key the table still holds (a deferred
-    unique check, ``staging.deferred_key_moves``), tell the mapper which of those keys the
-    table does hold (one lookup); the common case (no such move) costs one vector test.
-    With staged chunks, the analysis goes on from theirs, and the chunks get the flags too."""
+    """The staged batch with the mapper's flags for keys the table holds that this batch
+    moves rows onto (``stage_prep.held_keys``); staged chunks are made ready for the stage
+    with the same keys."""
     keys = part.state.key_columns
-    wanted: set[Any] = set()
+    wanted, held = held_keys(_spark_of(env), part.state, staged, spill, truncate=part.truncate)
     if spill is not None:
-        wanted |= spill.moved_again
-        if staged.events:
-            wanted |= deferred_key_moves(staged.table, keys, set(spill.moved_to))
-    elif staged.events:
-        wanted = deferred_key_moves(staged.table, keys)
-    held: set[Any] = set()
-    if wanted and not part.truncate:  # else the table is empty before these events
-        table = part.state.table
-        branch = target_branch(table)
-        lookup = IcebergRowLookup(
-            env.spark if env.spark is not None else _local_spark, table, keys,
-            branch=None if branch == MAIN_BRANCH else branch,
-        )  # fmt: skip
-        held = {k for k, row in lookup(sorted(wanted, key=repr)).items() if row is not None}
-    if spill is not None:
-        _chunks_for_stage(env, part, spill, held)
+        assert env.chunk_store is not None, "chunks were staged without a chunk store"
+        part.chunks = chunks_for_stage(env.chunk_store, part.state, spill, held)
+        part.chunk_rows = spill.live_rows
     if not wanted:
         return staged
     return dataclasses.replace(staged, table=with_held_keys(staged.table, keys, held))
 
 
-def _chunks_for_stage(env: ApplyEnv, part: _TablePart, spill: SpilledTable, held: set[Any]) -> None:
-    """The staged chunks as the stage reads them: a chunk staged before the table gained a
-    column (or widened one) is rewritten in the table's layout now, and when the table held
-    keys that the transaction moves rows onto, every chunk gets the mapper's flags. One chunk
-    in memory at a time; rewritten files go to the chunk store (scratch, like the rest)."""
-    keys = part.state.key_columns
-    schema = part.state.table.schema()
-    layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], keys)
-    io_props = file_io_properties(part.state.table.io.properties)
-    store = env.chunk_store
-    assert store is not None, "chunks were staged without a chunk store"
-    rewrites = store.new_prefix()
-    out: list[str] = []
-    for i in range(spill.first_chunk, spill.chunks):
-        location = store.location(spill.prefix, i)
-        if held or not same_layout(spill.layout_of(i), layout):
-            table = align(store.read(location, io_props), layout)
-            if held:
-                table = with_held_keys(table, keys, held)
-            location = store.write(table, rewrites, io_props)
-        out.append(location)
-    part.chunks = tuple(out)
-    part.chunk_rows = spill.live_rows
-
-
-def _fill_unavailable(
-    env: ApplyEnv, state: TableState, events: Sequence[ChangeEvent], *, use_table: bool = True
-) -> Sequence[ChangeEvent]:
-    """Replace Debezium's unavailable-value placeholders (``events.unavailable``) with the
-    value from an earlier event of the batch or the table's current row. An event whose
-    value is found nowhere becomes a bad change (``errors.on_bad_change``): a placeholder is
-    never written as data."""
-    if not events or not env.row_fill:
-        return events  # only Debezium input carries it (Postgres fills TOAST at the source)
-    keys = state.key_columns
-    lookup = (
-        IcebergRowLookup(env.spark if env.spark is not None else _local_spark, state.table, keys)
-        if use_table
-        else None  # after a TRUNCATE in this batch the table's rows are gone
-    )
-    pending = list(events)
-    while True:
-        try:
-            return fill_unavailable(pending, keys, lookup)
-        except BadInputError as exc:
-            i = next((i for i, e in enumerate(pending) if e.position == exc.position), None)
-            if i is None:
-                raise
-            pending[i] = _unfillable(pending[i], keys, exc.message)
-
-
-def _unfillable(ev: ChangeEvent, keys: Sequence[str], reason: str) -> ChangeEvent:
-    """``ev`` as a bad change: its before key only (a 'c' keeps none: it is dropped)."""
-    row = ev.before if ev.op is Op.DELETE or ev.before is not None else ev.after
-    before = None if ev.op is Op.CREATE or row is None else {k: row.get(k) for k in keys}
-    return ev.replace(before=before, after=None, error=reason)
-
-
-def _local_spark() -> Any:
-    from spark.session import get_spark
-
-    return get_spark()
+def _spark_of(env: ApplyEnv) -> Any:
+    """The run's Spark session, or the function that starts the local one when needed."""
+    return env.spark if env.spark is not None else local_spark
 
 
 def _stage(
@@ -443,6 +369,7 @@ def _stage(
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
     staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    env.steps.events_staged(part.state.source_table, time.perf_counter() - t0)
     if spill is not None:  # numbered on after the chunks'
         staged = dataclasses.replace(staged, table=renumbered(staged.table, spill.rows))
     if not part.counted:
@@ -537,6 +464,11 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
         return CommitAnswer.UNKNOWN
     finally:
         part.totals.commit_seconds += time.perf_counter() - t0
+    eq = sum(1 for f in action.files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
+    env.steps.snapshot_committed(
+        ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
+        position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
+    )  # fmt: skip
     state.table = table.refresh()
     if positions is not None and env.indexes is not None:
         env.crash("index-behind")
@@ -603,11 +535,12 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                                        rows=p.staged.table.num_rows + p.chunk_rows,
                                        chunk_paths=p.chunks))  # fmt: skip
             if in_driver:
-                return [
-                    apply_local(p.staged.table, t.spec, chunk_paths=t.chunk_paths, io_properties=io_props)  # type: ignore[union-attr]
-                    for p, t in zip(todo, tasks, strict=True)
-                ]
-            return apply_batch_with_spark(env.spark, tasks)
+                return [_write_here(env, p, t, io_props) for p, t in zip(todo, tasks, strict=True)]
+            started = time.perf_counter()
+            try:
+                return apply_batch_with_spark(env.spark, tasks)
+            finally:
+                env.steps.files_written(time.perf_counter() - started, by="spark")
         finally:
             if env.staging_uri is not None:
                 for t in tasks:
@@ -621,6 +554,16 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
         p.totals.stage_seconds += seconds
         p.written = _describe(p, result)
         p.staged = None  # the events live on in the files; free the Arrow copy
+
+
+def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict[str, str]) -> StageResult:
+    """One table's files written in this process (no Spark job)."""
+    assert part.staged is not None
+    started = time.perf_counter()
+    try:
+        return apply_local(part.staged.table, task.spec, chunk_paths=task.chunk_paths, io_properties=io_props)
+    finally:
+        env.steps.files_written(time.perf_counter() - started, by="driver")
 
 
 def _describe(part: _TablePart, result: StageResult) -> _Written:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replicator.events.model import SourcePosition
-from spark.object_storage import delete_file, open_input, open_output
+from replicator.storage.fileio import delete_file, open_input, open_output
 
 UNFILLABLE_IN_CHUNKS = (
     "a transaction larger than the batch (batch.max_events / max_bytes) carries Debezium "

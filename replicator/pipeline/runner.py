@@ -3,25 +3,18 @@ and only then acknowledge the source."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
-from replicator.config import RunConfig, SourceConfig
-from replicator.errors import TerminalError
-from replicator.events.columns import ColumnPolicy, TableColumnRules
+from replicator.config import RunConfig
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, Op, SourcePosition
 from replicator.iceberg.manifests import read_manifests
@@ -34,11 +27,13 @@ from replicator.iceberg.tables import (
 from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
+from replicator.pipeline.assembly import build_source, column_policy, default_writer_id, state_lock
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import position_indexes
 from replicator.pipeline.reader import Failed, Idle, SourceReader
 from replicator.pipeline.resnapshot import ResnapshotKeeper
@@ -67,77 +62,6 @@ class RunSummary:
     stopped: dict[str, str] = field(default_factory=dict)
 
 
-def column_policy(src: SourceConfig) -> ColumnPolicy | None:
-    """``source.columns`` as the reader applies it; None when no table has rules."""
-    if not src.columns:
-        return None
-    rules = {
-        t: TableColumnRules(exclude=frozenset(r.exclude), hash=frozenset(r.hash))
-        for t, r in src.columns.items()
-    }
-    return ColumnPolicy(rules, src.hash_key())
-
-
-def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
-    src = cfg.source
-    if src.type == "debezium-json":
-        from replicator.sources.debezium_files import DebeziumFileSource
-
-        assert src.path is not None
-        return DebeziumFileSource(
-            src.path, dead_letters=dead_letters, tables=src.tables, primary_keys=src.primary_keys,
-            state_dir=cfg.state_dir, exactly_once=src.delivery == "exactly-once",
-        )
-    if src.type == "postgres":
-        from replicator.sources.postgres.source import PostgresSource
-
-        assert src.dsn is not None
-        return PostgresSource(
-            src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
-            tables=src.tables, state_dir=cfg.state_dir, snapshot_copy=src.snapshot_copy,
-            failover_slot=src.failover_slot, streaming=src.streaming,
-            primary_dsn=src.primary.dsn if src.primary is not None else None,
-        )
-    if src.type == "mysql":
-        from replicator.sources.mysql.source import MySQLSource
-
-        assert src.dsn is not None
-        return MySQLSource(
-            src.dsn, dead_letters=dead_letters, server_id=src.server_id, tables=src.tables,
-            state_dir=cfg.state_dir, zero_dates=src.zero_dates, row_decoder=src.row_decoder,
-        )
-    raise TerminalError(f"source type {src.type!r} is not available yet")
-
-
-def default_writer_id() -> str:
-    """Unique per process: two engines on one host (or one pod name) never share it."""
-    return f"replicator@{socket.gethostname()}/{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@contextmanager
-def state_lock(state_dir: Path) -> Iterator[None]:
-    """One engine per state directory: a second one is refused instead of duplicating."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fh = (state_dir / "engine.lock").open("a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise TerminalError(
-            f"another replicator is running with state directory {state_dir}",
-            hint="stop it first; two engines on the same tables would write duplicates",
-        ) from None
-    try:
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        yield
-    finally:
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
-
-
 @dataclass(frozen=True)
 class AppliedBatch:
     """A batch whose tables' commits are done, as the after-commit hooks see it."""
@@ -146,6 +70,29 @@ class AppliedBatch:
     live: dict[str, tuple[Any, ...]]  # the events applied, per table not stopped before it
     outcome: BatchOutcome
     started: float  # time.perf_counter() when applying began
+
+
+def _start_spark(cfg: RunConfig) -> Any:
+    """The shared Spark session, on the configured cluster if one is named."""
+    from spark.session import DEFAULT_MASTER, get_spark, use_cluster
+
+    if cfg.spark.master is not None or cfg.spark.conf:
+        use_cluster(cfg.spark.master or DEFAULT_MASTER, cfg.spark.conf)
+    return get_spark()
+
+
+def _staging(cfg: RunConfig) -> tuple[Path, str | None]:
+    """Where batches are staged: a local folder, and the shared storage URI (a cluster's
+    executors read it) when ``spark.staging`` names one."""
+    staging = cfg.spark.staging
+    staging_dir = Path(staging) if staging and "://" not in staging else cfg.state_dir / "staging"
+    return staging_dir, staging if staging and "://" in staging else None
+
+
+def _slice_pacer(cfg: RunConfig) -> SlicePacer:
+    """When maintenance slices run, and for how long (the first comes every_seconds in)."""
+    m = cfg.maintenance
+    return SlicePacer(m.every_seconds, m.max_time_share, time.monotonic(), busy_seconds=m.busy_slice_seconds)
 
 
 class Replicator:
@@ -158,6 +105,7 @@ class Replicator:
         source: ChangeSource | None = None,
         observer: Observer | None = None,
         stop: threading.Event | None = None,
+        steps: StepObserver | None = None,
     ) -> None:
         self.cfg = cfg
         self.observer = observer or NULL_OBSERVER
@@ -173,14 +121,8 @@ class Replicator:
         self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
         self.source = source or build_source(cfg, self.dead_letters)
         if engine == "spark" and spark is None:
-            from spark.session import DEFAULT_MASTER, get_spark, use_cluster
-
-            if cfg.spark.master is not None or cfg.spark.conf:
-                use_cluster(cfg.spark.master or DEFAULT_MASTER, cfg.spark.conf)
-            spark = get_spark()
-        staging = cfg.spark.staging
-        staging_dir = Path(staging) if staging and "://" not in staging else cfg.state_dir / "staging"
-        staging_uri = staging if staging and "://" in staging else None
+            spark = _start_spark(cfg)
+        staging_dir, staging_uri = _staging(cfg)
         # Chunks of a transaction larger than a batch (``pipeline.spill``); scratch.
         chunk_uri = f"{staging_uri.rstrip('/')}/chunks" if staging_uri is not None else None
         self.chunk_store = ChunkStore(staging_dir / "chunks", chunk_uri)
@@ -199,6 +141,7 @@ class Replicator:
             chunk_store=self.chunk_store,
             indexes=position_indexes(cfg, self._spark),
             delete_mode_of=cfg.iceberg.delete_mode_of,
+            steps=steps or NULL_STEP_OBSERVER,
         )
         self.spiller = Spiller(self.env, self.chunk_store)
         self.batcher: Batcher | None = None  # the running loop's (tests read its peak)
@@ -226,11 +169,7 @@ class Replicator:
             Maintainer(cfg.maintenance, spark=self._spark, crash=crash_point)
             if cfg.maintenance.enabled else None
         )  # fmt: skip
-        mcfg = cfg.maintenance
-        # The first slice comes every_seconds in.
-        self._slices = SlicePacer(
-            mcfg.every_seconds, mcfg.max_time_share, time.monotonic(), busy_seconds=mcfg.busy_slice_seconds
-        )
+        self._slices = _slice_pacer(cfg)
         # What follows a batch's commits, in this order (each step relies on the ones before).
         self.after_commit: tuple[Callable[[AppliedBatch], None], ...] = (
             self._record, self._acknowledge, self._resnapshots, self._cut, self._count,
@@ -259,10 +198,14 @@ class Replicator:
         try:
             budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
             reader = self._reader
-            tables, reports = m.run_slice(
-                [s.table for s in states], budget_seconds=budget, idle=idle,
-                changes_waiting=reader.events_waiting if reader is not None else None,
-            )  # fmt: skip
+            sliced = time.perf_counter()
+            try:
+                tables, reports = m.run_slice(
+                    [s.table for s in states], budget_seconds=budget, idle=idle,
+                    changes_waiting=reader.events_waiting if reader is not None else None,
+                )  # fmt: skip
+            finally:
+                self.env.steps.maintenance_slice(time.perf_counter() - sliced)
             for state, table in zip(states, tables, strict=True):
                 state.table = table
             source_of = {s.identifier: s.source_table for s in states}
@@ -508,10 +451,12 @@ class Replicator:
             source_id=self.source.source_id,
         )  # fmt: skip
         live = {t: evs for t, evs in batch.events.items() if t not in self.summary.stopped}
+        applying = time.perf_counter()
         outcome = apply_batch(
             self.env, live, commit, lambda t: self.summary.tables.setdefault(t, TableTotals()),
             spilled={t: s for t, s in spilled.items() if t not in self.summary.stopped},
         )
+        self.env.steps.batch_applied(live, time.perf_counter() - applying)
         # The batch's chunks are in its files now (or, for a stopped table, not needed: the
         # source is not acknowledged past them, so they are read again after a restart).
         self.chunk_store.discard()

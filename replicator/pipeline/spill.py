@@ -25,7 +25,7 @@ from replicator.iceberg.tables import engine_type
 from replicator.pipeline.apply import ApplyEnv, merged_schema
 from replicator.pipeline.chunks import UNFILLABLE_IN_CHUNKS, ChunkStore, SpilledTable
 from replicator.pipeline.staging import BadChangeError, deferred_key_moves, renumbered, stage_events
-from spark.object_storage import file_io_properties
+from replicator.storage.fileio import file_io_properties
 
 log = logging.getLogger(__name__)
 

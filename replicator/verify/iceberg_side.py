@@ -34,6 +34,7 @@ from replicator.checkpoint import checkpoint_at
 from replicator.config import IcebergConfig
 from replicator.events.model import SourcePosition
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY, engine_type, iceberg_table_name
+from replicator.storage.fileio import file_io_properties
 from replicator.verify.digest import (
     HASH_MOD,
     RangeDigest,
@@ -43,7 +44,7 @@ from replicator.verify.digest import (
     row_hash,
 )
 from replicator.verify.model import DiffError
-from spark.object_storage import configure_spark, file_io_properties
+from spark.s3a import configure_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pause", type=float, default=1.0)
     args = ap.parse_args(argv)
 
-    from spark.runtime_jars import runtime_jars
+    from replicator.jars.runtime_jars import runtime_jars
     from spark.session import get_spark, use_cluster
 
     use_cluster("local[1]", {

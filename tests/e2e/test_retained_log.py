@@ -16,8 +16,9 @@ from replicator.cli.source_status import committed_checkpoints, source_retained
 from replicator.events.deadletter import DeadLetterSink
 from replicator.iceberg.tables import open_catalog
 from replicator.metrics import PrometheusObserver
+from replicator.pipeline.assembly import build_source
 from replicator.pipeline.retained import RetainedLogWatcher
-from replicator.pipeline.runner import Replicator, build_source
+from replicator.pipeline.runner import Replicator
 from tests.e2e import mysql_support
 from tests.e2e.mysql_fixtures import MySQLDb, mariadb, mysql_db  # noqa: F401
 from tests.e2e.pg_bulk import seed

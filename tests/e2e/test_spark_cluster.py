@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from replicator.config import ConfigError, load_config
+from replicator.faults import LOSE_EXECUTOR_ENV
 from sample_dbs.spark_cluster import PrivateSparkCluster
-from spark.faults import LOSE_EXECUTOR_ENV
 from tests.e2e.pg_bulk import run_changes, seed
 from tests.e2e.pg_support import iceberg_metadata, load
 from tests.e2e.test_postgres_replication import assert_tables_equal

@@ -13,13 +13,13 @@ from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 
 from replicator.iceberg import sql_commit
 from replicator.iceberg.row_delta import commit_row_delta
-from tests.iceberg.tablekit import SCHEMA, data_file, sql_catalog
+from tests.iceberg.tablekit import SCHEMA, data_file
 from tests.judges import duckdb_rows
 
 
 def _table(tmp_path: Path) -> tuple[Any, Any]:
-    catalog = sql_catalog(tmp_path)
-    sql_commit.install(catalog)
+    catalog = sql_commit.FastCommitSqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
     return catalog, catalog.create_table("db.t", SCHEMA, properties={"format-version": "2"})
 
 
@@ -53,7 +53,7 @@ def test_commits_read_each_metadata_file_once_and_stay_readable(
                          snapshot_properties={"replicator.position": str(i)})  # fmt: skip
     assert parsed == []  # each commit's base is the file the one before wrote
     assert catalog.load_table("db.t").metadata == table.metadata
-    # What was written is what the cache holds: a second catalog object (not installed)
+    # What was written is what the cache holds: a second catalog object (pyiceberg's own class)
     # parses the same metadata.
     fresh = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db").load_table("db.t")
     assert fresh.metadata_location == table.metadata_location

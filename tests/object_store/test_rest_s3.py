@@ -140,7 +140,8 @@ def test_spark_reads_a_new_bucket_after_iceberg_was_used(
     from pyarrow import fs as pafs
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from spark.object_storage import configure_spark, file_io_properties
+    from replicator.storage.fileio import file_io_properties
+    from spark.s3a import configure_spark
 
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     local = SqlCatalog("local", uri=f"sqlite:///{tmp_path}/local.db", warehouse=tmp_path.as_uri())

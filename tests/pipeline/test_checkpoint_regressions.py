@@ -152,7 +152,7 @@ def test_default_writer_ids_differ_per_process() -> None:
     """Issue 10 item 8: two engines on one host must not share a writer id."""
     here = default_writer_id()
     there = subprocess.run(
-        [sys.executable, "-c", "from replicator.pipeline.runner import default_writer_id as d; print(d())"],
+        [sys.executable, "-c", "from replicator.pipeline.assembly import default_writer_id as d; print(d())"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert here != there and here != default_writer_id()

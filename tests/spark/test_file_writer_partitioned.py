@@ -16,8 +16,18 @@ from hypothesis import strategies as st
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DateType, IntegerType, LongType, TimestampType, TimestamptzType
 
-from spark.file_writer import CONTENT_DATA, CONTENT_POSITION_DELETES, TableFileWriter, WriterSpec
-from spark.partitioning import PartitionColumn, PartitionPlan, decode_partition, encode_partition
+from replicator.storage.file_writer import (
+    CONTENT_DATA,
+    CONTENT_POSITION_DELETES,
+    TableFileWriter,
+    WriterSpec,
+)
+from replicator.storage.partitioning import (
+    PartitionColumn,
+    PartitionPlan,
+    decode_partition,
+    encode_partition,
+)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC"))])
 PLAN = PartitionPlan(
@@ -51,9 +61,9 @@ def test_fan_out_files_hold_one_partition_and_deletes_follow_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_open: int, pending_max: int,
     plan: PartitionPlan | None, sort: bool,
 ) -> None:  # fmt: skip
-    import spark.file_writer
+    import replicator.storage.file_writer
 
-    monkeypatch.setattr(spark.file_writer, "PENDING_ROWS_MAX", pending_max)  # early flushes
+    monkeypatch.setattr(replicator.storage.file_writer, "PENDING_ROWS_MAX", pending_max)  # early flushes
     rng = random.Random(max_open)
     spec = WriterSpec(
         data_location=tmp_path.as_uri(), batch_id="b", data_schema=SCHEMA,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pyarrow import fs as pafs
 
-from spark.object_storage import (
+from replicator.jars.runtime_jars import cache_dir, runtime_jars
+from replicator.jars.s3a_jars import S3A_JARS
+from replicator.storage.fileio import (
     PATIENT_S3_RETRY,
     PatientS3RetryStrategy,
     file_io_properties,
     is_object_store,
-    s3a_settings,
 )
-from spark.runtime_jars import cache_dir, runtime_jars
-from spark.s3a_jars import S3A_JARS
+from spark.s3a import s3a_settings
 
 
 def test_only_file_io_properties_reach_the_workers() -> None:

@@ -65,6 +65,29 @@ class BadChangeInput(BadInputError):
         self.change = change
 
 
+class _Reading:
+    """What ``DebeziumParser.decode`` has found of one line so far: the steps fill it in,
+    and a failure names the table and key from it."""
+
+    __slots__ = (
+        "after", "before", "key_columns", "key_payload", "key_schema", "known", "op", "payload",
+        "plan", "source", "table",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.table: str | None = None
+        self.known: KnownWrapper | None = None
+        self.key_schema: Any = None
+        self.key_payload: Any = None
+        self.key_columns: tuple[str, ...] = ()
+        self.op: Op | None = None
+        self.before: Any = None
+        self.after: Any = None
+        self.plan: Plan | None = None
+        self.payload: Any = None
+        self.source: Any = None
+
+
 class DebeziumParser:
     """Turns Debezium JSON lines into ``DecodedChange``/``ChangeEvent`` objects.
 
@@ -109,148 +132,27 @@ class DebeziumParser:
 
         Raises ``BadInputError`` naming the field, table and key when known.
         """
-        table: str | None = None
-        known: KnownWrapper | None = None
-        key_schema: Any = None
-        key_payload: Any = None
-        # Read by the error handler to name the key (computed only when something fails).
-        key_columns: tuple[str, ...] = ()
-        op: Op | None = None
-        before: Any = None
-        after: Any = None
-        plan: Plan | None = None
-        payload: Any = None
-        source: Any = None
+        r = _Reading()
         try:
-            fast = self._wrappers and type(line) is bytes and self._wrappers.split(line)
-            if fast:
-                known, payload = fast
-                value_schema = known.schema
-            else:
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise BadInputError(
-                        f"line is not valid JSON: {exc}", position=position
-                    ) from None
-                if obj is None:
-                    return None
-                if type(obj) is not dict:
-                    raise Bad(f"expected a JSON object, got {type(obj).__name__}")
-                if "op" in obj:
-                    value_schema, payload = None, obj
-                elif "key" in obj or "value" in obj:
-                    key_schema, key_payload = unwrap(obj.get("key"), "key")
-                    raw_value = obj["value"] if "value" in obj else obj.get("payload")
-                    value_schema, payload = unwrap(raw_value, "value")
-                elif "payload" in obj:
-                    value_schema, payload = obj.get("schema"), obj["payload"]
-                    if type(value_schema) is dict and type(line) is bytes:
-                        known = self._wrappers.register(line, value_schema)
-                else:
-                    value_schema, payload = None, obj  # reported below as a missing 'op'
-            if payload is None:
+            value_schema = self._unwrap(line, position, r)
+            if r.payload is None:
                 return None
-            if type(payload) is not dict:
-                raise Bad(f"the change record must be an object, got {type(payload).__name__}")
-
-            source = payload.get("source")
-            if type(source) is not dict:
-                source = {}
-            if "op" not in payload:
-                other = envelope.not_a_row_change(payload)
-                if other is not None:
-                    return Filtered(
-                        str(source.get("table") or payload.get("databaseName") or ""), other
-                    )
-            table = envelope.table_name(source, value_schema, self.default_table)
-            if self.tables is not None and table not in self.tables:
-                return Filtered(table)
-
-            before = payload.get("before")
-            after = payload.get("after")
-            if before is not None and type(before) is not dict:
-                raise Bad(f"'before' must be an object or null, got {type(before).__name__}")
-            if after is not None and type(after) is not dict:
-                raise Bad(f"'after' must be an object or null, got {type(after).__name__}")
-
-            # Key columns before the op checks, so that an op error can still name the key.
-            key_error: Bad | None = None
-            try:
-                key_columns = envelope.key_columns(
-                    table, key_schema, key_payload, self.primary_keys
-                )
-            except Bad as exc:
-                key_error = exc
-            op_raw = payload.get("op")
-            op = OPS.get(op_raw) if type(op_raw) is str else None
-            if op_raw is None:
-                raise Bad("missing 'op' field")
-            if op is None:
-                raise Bad(f"unknown op {op_raw!r} (expected one of c, r, u, d, t)")
-            if op is Op.TRUNCATE:  # no images, no key (the Kafka key of a truncate is null)
-                return DecodedChange(
-                    table=table,
-                    op=op,
-                    before=None,
-                    after=None,
-                    schema=self._truncate_schema(table, value_schema, known),
-                    ts_ms=_ts_ms(payload),
-                    tx_id=envelope.tx_id(payload, source, op),
-                )
-            if key_error is not None:
-                raise key_error
-
-            if op is Op.DELETE:
-                if before is None and type(key_payload) is dict and key_payload:
-                    before = key_payload  # the Kafka key is the deleted row's identity
-                    key_only = True
-                else:
-                    key_only = False
-                if before is None:
-                    raise Bad("op 'd' without a 'before' image (and no Kafka key)")
-            elif after is None:
-                raise Bad(f"op {op.value!r} without an 'after' image")
-            else:
-                key_only = False
-
-            if value_schema is not None:
-                plan = self._schema_plan(table, value_schema, key_columns, known)
-            else:
-                rows = [r for r in (before, after) if r is not None]
-                plan = self._inferred_plan(table, rows, key_columns)
-
-            # Unchanged TOASTed values arrive as a placeholder: never data (``unavailable``).
-            conv_before = None if before is None else _old_row(plan, before, key_columns)
-            if key_only and conv_before is not None:
-                conv_before = {k: conv_before[k] for k in key_columns}
-            conv_after = None if after is None else plan.mark_unavailable(plan.convert(after))
-            envelope.check_key(op, conv_before, conv_after, key_columns)
-
-            ts_ms = _ts_ms(payload)
-            self._last_schema[table] = plan.schema
-            return DecodedChange(
-                table=table,
-                op=op,
-                before=conv_before,
-                after=conv_after,
-                schema=plan.schema,
-                ts_ms=ts_ms,
-                tx_id=envelope.tx_id(payload, source, op),
-            )
+            if type(r.payload) is not dict:
+                raise Bad(f"the change record must be an object, got {type(r.payload).__name__}")
+            return self._change(r, value_schema)
         except Bad as exc:
-            key = envelope.error_key(op, before, after, key_payload, key_columns)
-            bad = _bad_change(str(exc), table, op, plan, before, key_payload, payload, source)
+            key = envelope.error_key(r.op, r.before, r.after, r.key_payload, r.key_columns)
+            bad = _bad_change(str(exc), r.table, r.op, r.plan, r.before, r.key_payload, r.payload, r.source)
             if bad is not None:
-                raise BadChangeInput(str(exc), bad, table=table, key=key, position=position) from None
-            raise BadInputError(str(exc), table=table, key=key, position=position) from None
+                raise BadChangeInput(str(exc), bad, table=r.table, key=key, position=position) from None
+            raise BadInputError(str(exc), table=r.table, key=key, position=position) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             # Input shaped in a way no check above foresaw (e.g. a schema with a list where
             # a name belongs): one bad line must not stop the stream.
-            key = envelope.error_key(op, before, after, key_payload, key_columns)
+            key = envelope.error_key(r.op, r.before, r.after, r.key_payload, r.key_columns)
             raise BadInputError(
                 f"malformed record ({type(exc).__name__}: {exc})",
-                table=table,
+                table=r.table,
                 key=key,
                 position=position,
             ) from None
@@ -277,6 +179,125 @@ class DebeziumParser:
         )
 
     # -- internals ----------------------------------------------------------------------
+
+    def _unwrap(self, line: bytes | str, position: SourcePosition | None, r: _Reading) -> Any:
+        """The line's value schema (or None); its change record (None: a tombstone), Kafka
+        key and known wrapper go into ``r``."""
+        fast = self._wrappers and type(line) is bytes and self._wrappers.split(line)
+        if fast:
+            r.known, r.payload = fast
+            return r.known.schema
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise BadInputError(f"line is not valid JSON: {exc}", position=position) from None
+        if obj is None:
+            return None
+        if type(obj) is not dict:
+            raise Bad(f"expected a JSON object, got {type(obj).__name__}")
+        if "op" in obj:
+            r.payload = obj
+            return None
+        if "key" in obj or "value" in obj:
+            r.key_schema, r.key_payload = unwrap(obj.get("key"), "key")
+            raw_value = obj["value"] if "value" in obj else obj.get("payload")
+            value_schema, r.payload = unwrap(raw_value, "value")
+            return value_schema
+        if "payload" in obj:
+            value_schema, r.payload = obj.get("schema"), obj["payload"]
+            if type(value_schema) is dict and type(line) is bytes:
+                r.known = self._wrappers.register(line, value_schema)
+            return value_schema
+        r.payload = obj  # reported as a missing 'op'
+        return None
+
+    def _change(self, r: _Reading, value_schema: Any) -> DecodedChange | Filtered:
+        """The change record ``r.payload`` (an object) checked and converted."""
+        payload = r.payload
+        source = payload.get("source")
+        if type(source) is not dict:
+            source = {}
+        r.source = source
+        if "op" not in payload:
+            other = envelope.not_a_row_change(payload)
+            if other is not None:
+                return Filtered(str(source.get("table") or payload.get("databaseName") or ""), other)
+        table = r.table = envelope.table_name(source, value_schema, self.default_table)
+        if self.tables is not None and table not in self.tables:
+            return Filtered(table)
+
+        before = r.before = payload.get("before")
+        after = r.after = payload.get("after")
+        if before is not None and type(before) is not dict:
+            raise Bad(f"'before' must be an object or null, got {type(before).__name__}")
+        if after is not None and type(after) is not dict:
+            raise Bad(f"'after' must be an object or null, got {type(after).__name__}")
+
+        # Key columns before the op checks, so that an op error can still name the key.
+        key_error: Bad | None = None
+        try:
+            r.key_columns = envelope.key_columns(table, r.key_schema, r.key_payload, self.primary_keys)
+        except Bad as exc:
+            key_error = exc
+        op_raw = payload.get("op")
+        op = r.op = OPS.get(op_raw) if type(op_raw) is str else None
+        if op_raw is None:
+            raise Bad("missing 'op' field")
+        if op is None:
+            raise Bad(f"unknown op {op_raw!r} (expected one of c, r, u, d, t)")
+        if op is Op.TRUNCATE:  # no images, no key (the Kafka key of a truncate is null)
+            return DecodedChange(
+                table=table,
+                op=op,
+                before=None,
+                after=None,
+                schema=self._truncate_schema(table, value_schema, r.known),
+                ts_ms=_ts_ms(payload),
+                tx_id=envelope.tx_id(payload, source, op),
+            )
+        if key_error is not None:
+            raise key_error
+        return self._converted(r, op, value_schema)
+
+    def _converted(self, r: _Reading, op: Op, value_schema: Any) -> DecodedChange:
+        """A row change's images converted by the plan of its schema (given or inferred)."""
+        table, before, after, key_columns = r.table, r.before, r.after, r.key_columns
+        assert table is not None
+        key_only = False
+        if op is Op.DELETE:
+            if before is None and type(r.key_payload) is dict and r.key_payload:
+                before = r.before = r.key_payload  # the Kafka key is the deleted row's identity
+                key_only = True
+            if before is None:
+                raise Bad("op 'd' without a 'before' image (and no Kafka key)")
+        elif after is None:
+            raise Bad(f"op {op.value!r} without an 'after' image")
+
+        if value_schema is not None:
+            plan = r.plan = self._schema_plan(table, value_schema, key_columns, r.known)
+        else:
+            rows = [row for row in (before, after) if row is not None]
+            plan = r.plan = self._inferred_plan(table, rows, key_columns)
+
+        # Unchanged TOASTed values arrive as a placeholder: never data (``unavailable``).
+        conv_before = None if before is None else _old_row(plan, before, key_columns)
+        if key_only and conv_before is not None:
+            conv_before = {k: conv_before[k] for k in key_columns}
+        conv_after = None if after is None else plan.mark_unavailable(plan.convert(after))
+        envelope.check_key(op, conv_before, conv_after, key_columns)
+
+        ts_ms = _ts_ms(r.payload)
+        self._last_schema[table] = plan.schema
+        return DecodedChange(
+            table=table,
+            op=op,
+            before=conv_before,
+            after=conv_after,
+            schema=plan.schema,
+            ts_ms=ts_ms,
+            tx_id=envelope.tx_id(r.payload, r.source, op),
+        )
+
 
     def _truncate_schema(
         self, table: str, value_schema: Any, known: KnownWrapper | None

@@ -7,8 +7,9 @@ rebuild the missing piece from the stock Jackson jars inside pyspark's ``jars/``
 relocating them into the shaded package (a constant-pool rewrite, like maven-shade does).
 Pure Python, deterministic, cached under ``<repo>/.cache/jars`` keyed by the inputs' hash.
 
-``python -m spark.runtime_jars`` builds (if needed) and prints the jar paths, including the
-Hadoop S3A jars for tables on object storage (``spark/s3a_jars.py``).
+``python -m replicator.jars.runtime_jars`` (``make install``) builds (if needed) and prints
+the jar paths, including the Hadoop S3A jars for tables on object storage
+(``replicator/jars/s3a_jars.py``). ``spark.session`` asks :func:`runtime_jars` for them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from spark.s3a_jars import build_s3a_jars, cached_s3a_jars
+from replicator.jars.s3a_jars import build_s3a_jars, cached_s3a_jars
 
 # Bump when the relocation logic changes so cached jars are rebuilt.
 RELOCATOR_VERSION = "2"
@@ -170,7 +171,7 @@ def jackson_input_jars() -> list[Path]:
 def cache_dir() -> Path:
     """`$REPLICATOR_CACHE_DIR/jars` if set, else `<repo>/.cache/jars`."""
     base = os.environ.get("REPLICATOR_CACHE_DIR")
-    root = Path(base) if base else Path(__file__).resolve().parent.parent / ".cache"
+    root = Path(base) if base else Path(__file__).resolve().parents[2] / ".cache"
     return root / "jars"
 
 
@@ -240,7 +241,7 @@ def build_relocated_jackson(inputs: list[Path], output: Path) -> None:
     manifest = (
         "Manifest-Version: 1.0\r\n"
         "Multi-Release: true\r\n"
-        f"Created-By: replicator spark/runtime_jars.py relocator {RELOCATOR_VERSION}\r\n"
+        f"Created-By: replicator replicator/jars/runtime_jars.py relocator {RELOCATOR_VERSION}\r\n"
         "\r\n"
     ).encode()
 
@@ -273,7 +274,7 @@ def relocated_jackson_jar() -> Path:
 
 def runtime_jars() -> list[str]:
     """Jar paths for `spark.jars`: the Iceberg Spark runtime, the relocated Jackson, and
-    Hadoop S3A when it has been built (see spark/s3a_jars.py; needed for s3:// tables)."""
+    Hadoop S3A when it has been built (see replicator/jars/s3a_jars.py; needed for s3:// tables)."""
     jars = [str(iceberg_runtime_jar()), str(relocated_jackson_jar())]
     return jars + (cached_s3a_jars(cache_dir()) or [])
 

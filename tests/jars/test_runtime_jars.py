@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark import runtime_jars as rj
+from replicator.jars import runtime_jars as rj
 
 SHADED = "org/apache/iceberg/shaded/com/fasterxml/jackson/"
 # Any Jackson name, slashed or dotted; each must be preceded by the shaded prefix.

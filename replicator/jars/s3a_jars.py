@@ -12,7 +12,7 @@ The PyPI sdist ``sagemaker-pyspark==1.4.5`` carries ``hadoop-aws-3.3.1.jar`` and
 ``aws-java-sdk-bundle-1.11.901.jar`` (its own ``requires pyspark==3.3.0`` rules it out as a
 dependency, so it is downloaded by pip as a file, never installed). hadoop-aws 3.3.1 on a
 3.3.4 client is a minor-version mismatch; reading (what Spark does here) was verified against
-SeaweedFS by the object-storage tests. ``python -m spark.runtime_jars`` (``make install``)
+SeaweedFS by the object-storage tests. ``python -m replicator.jars.runtime_jars`` (``make install``)
 fetches it once and caches the two jars, checked against pinned SHA-256 sums, in
 ``.cache/jars``; nothing is downloaded at run time.
 """

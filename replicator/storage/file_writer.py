@@ -1,12 +1,12 @@
 """Writes one batch's data, position-delete and equality-delete Parquet files for one table.
 
-Runs inside the apply stage's worker. Data rows arrive in small slices from the mapper; they
-are buffered up to a row group so Parquet files get large row groups (small row groups cut
+Runs inside the apply stage's worker (``spark/apply_stage.py``), and in the driver for
+maintenance. Data rows arrive in small slices from the mapper; they are buffered up to a row group so Parquet files get large row groups (small row groups cut
 write speed 2-3x). Memory held: at most one row group per open data file.
 
 Files are opened through pyiceberg's FileIO built from ``WriterSpec.io_properties`` (the
 table's ``s3.*`` and similar properties), so the same code writes to a local warehouse and to
-S3-compatible object storage (spark/object_storage.py).
+S3-compatible object storage (``replicator/storage/fileio.py``).
 
 Partitioned tables (``WriterSpec.partition``): a fan-out writer. The mapper still numbers
 rows per logical file in event order; each row goes to the open file of its partition, and
@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark.object_storage import open_output
-from spark.partitioning import PartitionKey, PartitionPlan, encode_partition
+from replicator.storage.fileio import open_output
+from replicator.storage.partitioning import PartitionKey, PartitionPlan, encode_partition
 
 CONTENT_DATA = 0
 CONTENT_POSITION_DELETES = 1
