@@ -186,6 +186,12 @@ class IcebergConfig(_Strict):
         'e.g. ["day(created)", "bucket(16, id)"] (an existing table keeps its own spec)',
     )
 
+    format_version: Literal[2, 3] = Field(
+        2,
+        description="Iceberg format version of the tables the engine creates (an existing table "
+        "keeps its own); 3: row deletes are deletion vectors (Puffin) instead of position-delete files",
+    )
+
     sort_by: dict[str, list[str]] = Field(
         default_factory=dict,
         description='source table -> sort order of the Iceberg table the engine creates, e.g. '

@@ -9,7 +9,9 @@ Both are safe to skip. A metadata file is never rewritten (each commit writes a 
 its parsed ``TableMetadata`` is cached by location, seeded by the commit that writes it. And
 metadata models are immutable (pyiceberg builds new ones with ``model_copy(update=...)``), so
 the updated metadata may share parts with the base instead of being a deep copy. Installed
-on the catalog instance (``install``); every other catalog is left as it is.
+on the catalog instance (``install``); every other catalog is left as it is. Format-v3
+metadata, which pyiceberg 0.12 reads but refuses to write, is written by ``v3_metadata``, so
+every commit of a v3 table (creation, schema and property changes) works on this catalog.
 
 pyiceberg internals used (pinned in ``tests/iceberg/test_pyiceberg_internals.py``):
 ``SqlCatalog._convert_orm_to_iceberg``, ``_write_metadata``, ``_update_and_stage_table``,
@@ -37,6 +39,8 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+
+from replicator.iceberg.v3_metadata import write_v3_metadata
 
 # Parsed metadata files kept per catalog (a few per table the engine writes).
 CACHED_METADATA_FILES = 256
@@ -74,7 +78,10 @@ def install(catalog: Any) -> None:
         )
 
     def write_metadata(self: SqlCatalog, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
-        write(metadata, io, metadata_path)
+        if metadata.format_version >= 3:  # pyiceberg 0.12 refuses to serialize v3 metadata
+            write_v3_metadata(io, metadata_path, metadata)
+        else:
+            write(metadata, io, metadata_path)
         remember(metadata_path, metadata)
 
     def update_and_stage_table(

@@ -200,29 +200,53 @@ class TableManager:
                 key_ids.append(i)
         ice_schema = Schema(*fields, identifier_field_ids=key_ids)
         ident = self._claim(schema.table)
-        props = dict(TABLE_PROPERTIES)
+        props = {**TABLE_PROPERTIES, "format-version": str(self.cfg.format_version)}
         props[SOURCE_TABLE_PROPERTY] = schema.table
         partition_by = self.cfg.partition_by.get(schema.table)
-        sort_by = self.cfg.sort_by.get(schema.table)
-        if partition_by or sort_by:
-            # One creation commit: spec 0 unpartitioned (for equality deletes, which then
-            # reach every partition), the configured spec as the default; the sort order.
-            transaction = self.catalog.create_table_transaction(ident, schema=ice_schema, properties=props)
-            if partition_by:
-                set_partition_spec(transaction, partition_by, ident)
-            if sort_by:
-                set_sort_order(transaction, sort_by, ident)
-            transaction.commit_transaction()
-            table = self.catalog.load_table(ident)
-        else:
-            table = self.catalog.create_table(ident, schema=ice_schema, properties=props)
+        table = self._create_table(ident, ice_schema, props, partition_by, self.cfg.sort_by.get(schema.table))
         log.info(
-            "created Iceberg table %s for %s (key %s%s)", ident, schema.table, ", ".join(schema.key_columns),
+            "created Iceberg table %s (format v%d) for %s (key %s%s)", ident, table.format_version,
+            schema.table, ", ".join(schema.key_columns),
             f"; partitioned by {', '.join(partition_by)}" if partition_by else "",
         )  # fmt: skip
         state = TableState(table=table, source_table=schema.table, key_columns=schema.key_columns)
         self._tables[schema.table] = state
         return state
+
+    def _create_table(
+        self, ident: str, schema: Schema, props: dict[str, str], partition_by: list[str] | None,
+        sort_by: list[str] | None,
+    ) -> Table:
+        """Create the table in the catalog: a SQL catalog writes v3 metadata through
+        ``v3_metadata`` (``sql_commit.install``); another catalog is asked for the version in
+        the ``format-version`` property, and a table that does not come out at the configured
+        version is refused, not used."""
+        try:
+            if partition_by or sort_by:
+                # One creation commit: spec 0 unpartitioned (for equality deletes, which then
+                # reach every partition), the configured spec as the default; the sort order.
+                transaction = self.catalog.create_table_transaction(ident, schema=schema, properties=props)
+                if partition_by:
+                    set_partition_spec(transaction, partition_by, ident)
+                if sort_by:
+                    set_sort_order(transaction, sort_by, ident)
+                transaction.commit_transaction()
+                table = self.catalog.load_table(ident)
+            else:
+                table = self.catalog.create_table(ident, schema=schema, properties=props)
+        except NotImplementedError as exc:  # pyiceberg writing metadata it cannot (v3)
+            raise ConfigError(
+                f"cannot create {ident} at format version {self.cfg.format_version}: {exc}",
+                hint="use iceberg.format_version: 2, or a catalog that writes v3 (SQL, or a REST server)",
+            ) from None
+        if table.format_version != self.cfg.format_version:
+            raise ConfigError(
+                f"the catalog created {ident} at format version {table.format_version}, "
+                f"not the configured {self.cfg.format_version}",
+                hint="the catalog server does not take format-version "
+                f"{self.cfg.format_version}; drop the table and set iceberg.format_version to what it supports",
+            )
+        return table
 
     def _evolve(self, state: TableState, schema: TableSchema) -> None:
         current = state.table.schema()

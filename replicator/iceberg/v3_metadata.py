@@ -27,14 +27,14 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV3, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import TableRequirement, TableUpdate, update_table_metadata
 from pyiceberg.typedef import IcebergBaseModel, Identifier
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-__all__ = ["commit_v3", "create_v3_table", "metadata_json"]
+__all__ = ["commit_v3", "create_v3_table", "metadata_json", "write_v3_metadata"]
 
 _VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json$")
 
@@ -44,9 +44,16 @@ def metadata_json(metadata: TableMetadata) -> str:
     return IcebergBaseModel.model_dump_json(metadata)
 
 
-def _write(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
+def write_v3_metadata(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
+    """Write a metadata file (any format version; v3 without a ``next-row-id`` gets 0: no row
+    ids assigned yet, which pyiceberg's new metadata leaves unset)."""
+    if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
+        metadata = metadata.model_copy(update={"next_row_id": 0})
     with file_io.new_output(location).create(overwrite=False) as stream:
         stream.write(metadata_json(metadata).encode())
+
+
+_write = write_v3_metadata
 
 
 def create_v3_table(
