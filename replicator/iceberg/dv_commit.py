@@ -72,7 +72,7 @@ from replicator.iceberg.row_delta import check_properties
 from replicator.iceberg.snapshot_summary import summary_properties
 from replicator.iceberg.v3_metadata import commit_v3
 
-__all__ = ["Committed", "commit_files", "live_deletion_vectors"]
+__all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
 
 PUFFIN = "PUFFIN"
 
@@ -338,6 +338,18 @@ def live_deletion_vectors(table: Table, snapshot_id: int | None = None) -> dict[
             raise ValueError(f"{path}: more than one live deletion vector")
         result[path] = _read_vector(table, entry.file)
     return result
+
+
+def vector_targets(table: Table) -> dict[str, set[str]]:
+    """Puffin file -> the data files its live deletion vectors (current snapshot) are for."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return {}
+    manifests = read_manifest_list(table.io, snapshot.manifest_list)
+    out: dict[str, set[str]] = {}
+    for _, entry in _live_entries(table, manifests, ManifestContent.DELETES, lambda e: e.file.file_format == PUFFIN):
+        out.setdefault(entry.file.file_path, set()).add(entry.file.referenced_data_file or "")
+    return out
 
 
 def _read_vector(table: Table, file: ContentFile) -> Positions:
