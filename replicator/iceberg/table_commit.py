@@ -31,7 +31,7 @@ from replicator.iceberg.dv_commit import commit_files
 from replicator.iceberg.manifest_writer import content_file
 from replicator.iceberg.rewrite import commit_rewrite
 from replicator.iceberg.roaring import Positions, union
-from replicator.iceberg.row_delta import commit_row_delta
+from replicator.iceberg.row_delta import UNSET, _Unset, commit_row_delta
 
 __all__ = ["commit_batch", "commit_replace", "uses_vectors", "vectors_from_position_files"]
 
@@ -83,13 +83,14 @@ def commit_batch(
     vectors: Mapping[str, Positions] | None = None,
     snapshot_properties: Mapping[str, str],
     table_properties: Callable[[int], Mapping[str, str]] | None = None,
-    expected_parent_snapshot_id: int | None,
+    expected_parent_snapshot_id: int | None | _Unset = UNSET,
     branch: str = MAIN_BRANCH,
     remove_all: bool = False,
 ) -> None:
     """ONE snapshot with a batch's files on ``branch`` (``remove_all``: a TRUNCATE first);
     ``CommitConflictError`` / ``CommitStateUnknownError`` as the commit functions raise them.
-    ``vectors`` (v3): positions to delete per data file; a v2 table takes none."""
+    ``vectors`` (v3): positions to delete per data file; a v2 table takes none.
+    ``expected_parent_snapshot_id`` defaults to the branch head ``table`` has loaded."""
     if not uses_vectors(table):
         if vectors:
             raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
@@ -99,6 +100,9 @@ def commit_batch(
             branch=branch, remove_all=remove_all,
         )  # fmt: skip
         return
+    if isinstance(expected_parent_snapshot_id, _Unset):
+        head = table.metadata.snapshot_by_name(branch)
+        expected_parent_snapshot_id = head.snapshot_id if head is not None else None
     committed = commit_files(
         table, data_files=[content_file(f) for f in data_files],
         delete_files=[content_file(f) for f in delete_files], deletion_vectors=vectors,

@@ -34,7 +34,7 @@ def _engine_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int,
     log = ChangeLog()
     mixed(log, random.Random(3), 40)
     feed(tmp_path, "0001.jsonl", log)
-    real = apply_mod.commit_row_delta
+    real = apply_mod.commit_batch
     calls = {"n": 0}
 
     def commit(t: Table, **kwargs: Any) -> Any:
@@ -43,7 +43,7 @@ def _engine_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int,
             return intervene(t, real, kwargs)
         return real(t, **kwargs)
 
-    monkeypatch.setattr(apply_mod, "commit_row_delta", commit)
+    monkeypatch.setattr(apply_mod, "commit_batch", commit)
     return log, config(tmp_path, max_events=8, exactly_once=False)
 
 
