@@ -33,7 +33,10 @@ from replicator.iceberg.rewrite import commit_rewrite
 from replicator.iceberg.roaring import Positions, union
 from replicator.iceberg.row_delta import UNSET, _Unset, commit_row_delta
 
-__all__ = ["commit_batch", "commit_replace", "uses_vectors", "vectors_from_position_files"]
+__all__ = [
+    "commit_batch", "commit_replace", "position_files_as_vectors", "uses_vectors",
+    "vectors_from_position_files",
+]  # fmt: skip
 
 PUFFIN = "PUFFIN"
 
@@ -69,10 +72,13 @@ def vectors_from_position_files(table: Table, paths: Sequence[str]) -> dict[str,
     return out
 
 
-def discard_files(table: Table, paths: Sequence[str]) -> None:
+def position_files_as_vectors(table: Table, paths: Sequence[str]) -> dict[str, Positions]:
+    """``vectors_from_position_files``, then the files are deleted (never committed)."""
+    vectors = vectors_from_position_files(table, paths)
     for path in paths:
         with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
             table.io.delete(path)
+    return vectors
 
 
 def commit_batch(

@@ -159,6 +159,8 @@ class TableManager:
                 hint=f"map one of them elsewhere with iceberg.table_names: {{{source_table!r}: <name>}}",
             )
         ensure_hygiene_properties(table)
+        if owner == source_table and table.format_version >= 3 and table.current_snapshot() is None:
+            self._shape(table, source_table)  # a v3 creation cut short between its two commits
         ensure_global_spec(table)  # a partitioned table needs one for its equality deletes
         keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
         state = TableState(table=table, source_table=source_table, key_columns=keys)
@@ -222,7 +224,13 @@ class TableManager:
         the ``format-version`` property, and a table that does not come out at the configured
         version is refused, not used."""
         try:
-            if partition_by or sort_by:
+            if self.cfg.format_version >= 3:
+                # pyiceberg 0.12 cannot stage a v3 create with more (its transaction refuses the
+                # format upgrade it adds): create, then shape in a second commit (redone by
+                # load_existing while the table has no snapshot, if a crash came between).
+                table = self.catalog.create_table(ident, schema=schema, properties=props)
+                self._shape(table, props[SOURCE_TABLE_PROPERTY])
+            elif partition_by or sort_by:
                 # One creation commit: spec 0 unpartitioned (for equality deletes, which then
                 # reach every partition), the configured spec as the default; the sort order.
                 transaction = self.catalog.create_table_transaction(ident, schema=schema, properties=props)
@@ -247,6 +255,21 @@ class TableManager:
                 f"{self.cfg.format_version}; drop the table and set iceberg.format_version to what it supports",
             )
         return table
+
+    def _shape(self, table: Table, source_table: str) -> None:
+        """Give a new v3 table the configured spec and sort order, unless it has them."""
+        partition_by = self.cfg.partition_by.get(source_table)
+        sort_by = self.cfg.sort_by.get(source_table)
+        name = ".".join(table.name())
+        todo_spec = bool(partition_by) and table.spec().is_unpartitioned()
+        todo_sort = bool(sort_by) and table.sort_order().is_unsorted
+        if not todo_spec and not todo_sort:
+            return
+        with table.transaction() as transaction:
+            if todo_spec and partition_by:
+                set_partition_spec(transaction, partition_by, name)
+            if todo_sort and sort_by:
+                set_sort_order(transaction, sort_by, name)
 
     def _evolve(self, state: TableState, schema: TableSchema) -> None:
         current = state.table.schema()

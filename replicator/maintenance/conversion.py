@@ -52,12 +52,7 @@ from pyiceberg.table import Table
 from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.partitions import partition_key
-from replicator.iceberg.table_commit import (
-    commit_replace,
-    discard_files,
-    uses_vectors,
-    vectors_from_position_files,
-)
+from replicator.iceberg.table_commit import commit_replace, position_files_as_vectors, uses_vectors
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.conversion_arrow import (
     LOCAL_MAX_ROWS,
@@ -202,21 +197,17 @@ def convert_equality_deletes(
     ]
     crash("conversion-files-written")
 
+    # v3: the positions as deletion vectors; the files are not committed
+    vectors = position_files_as_vectors(table, [f.file_path for f in added]) if uses_vectors(table) else None
+    added = [] if vectors is not None else added
     removed = [f for f, _seq in plan.equality_deletes]
     summary = {
         MAINTENANCE_SUMMARY_KEY: KIND,
         f"{MAINTENANCE_SUMMARY_KEY}.equality-delete-files-removed": str(len(removed)),
         f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added": str(len(added)),
         f"{MAINTENANCE_SUMMARY_KEY}.positions": str(rows),
+        **({f"{MAINTENANCE_SUMMARY_KEY}.deletion-vectors": str(len(vectors))} if vectors is not None else {}),
     }
-    vectors = None
-    if uses_vectors(table):  # v3: the positions as deletion vectors; the files are not committed
-        paths = [f.file_path for f in added]
-        vectors = vectors_from_position_files(table, paths)
-        discard_files(table, paths)
-        added = []
-        summary[f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added"] = "0"
-        summary[f"{MAINTENANCE_SUMMARY_KEY}.deletion-vectors"] = str(len(vectors))
     commit_replace(
         table,
         expected_snapshot_id=plan.snapshot_id,

@@ -73,12 +73,7 @@ from replicator.iceberg.files import (
 from replicator.iceberg.lookup import IcebergRowLookup
 from replicator.iceberg.partitions import global_spec_id, sort_columns
 from replicator.iceberg.roaring import Positions
-from replicator.iceberg.table_commit import (
-    commit_batch,
-    discard_files,
-    uses_vectors,
-    vectors_from_position_files,
-)
+from replicator.iceberg.table_commit import commit_batch, position_files_as_vectors, uses_vectors
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.chunks import (
     UNFILLABLE_IN_CHUNKS,
@@ -617,12 +612,8 @@ def _describe(part: _TablePart, result: StageResult) -> _Written:
         elif f.content == CONTENT_EQUALITY_DELETES:
             out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids, spec_id=global_id))
             totals.equality_deletes += f.records
-    if vectors:
-        # A v3 table takes deletion vectors: the stage's position-delete files become
-        # positions per data file, and the files go (never committed).
-        paths = [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES]
-        out.vectors = vectors_from_position_files(table, paths)
-        discard_files(table, paths)
+    if vectors:  # v3: the stage's position-delete files become vectors (never committed)
+        out.vectors = position_files_as_vectors(table, [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES])
     return out
 
 

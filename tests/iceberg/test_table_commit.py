@@ -102,9 +102,9 @@ def test_v3_commits_read_equal_by_spark(table: Table) -> None:
     assert deletes and all(f["file_format"] == "PUFFIN" for f in deletes)
 
 
-def _manager(catalog: SqlCatalog, version: int) -> TableManager:
+def _manager(catalog: SqlCatalog, version: int, **more: Any) -> TableManager:
     cfg = IcebergConfig.model_validate({"catalog_uri": "sqlite://", "warehouse": "/tmp/x", "namespace": "db",
-                                        "format_version": version})  # fmt: skip
+                                        "format_version": version, **more})  # fmt: skip
     return TableManager(catalog, cfg)
 
 
@@ -130,3 +130,15 @@ def test_a_catalog_that_cannot_write_v3_is_a_config_error(tmp_path: Path) -> Non
     plain = sql_catalog(tmp_path)  # pyiceberg's own SQL commit: refuses v3 metadata
     with pytest.raises(ConfigError, match="format version 3"):
         _manager(plain, 3).ensure(_ORDERS)
+
+
+def test_v3_table_gets_its_spec_and_sort_order_even_after_a_cut_short_creation(catalog: SqlCatalog) -> None:
+    shape = {"partition_by": {"public.orders": ["bucket(4, id)"]}, "sort_by": {"public.orders": ["v"]}}
+    state = _manager(catalog, 3, **shape).ensure(_ORDERS)
+    assert state.table.format_version == 3
+    assert not state.table.spec().is_unpartitioned() and not state.table.sort_order().is_unsorted
+    # a crash between the creation's two commits: the table exists, plain, without snapshots
+    bare = _manager(catalog, 3, table_names={"public.orders": "bare"}).ensure(_ORDERS).table
+    assert bare.spec().is_unpartitioned()
+    again = _manager(catalog, 3, table_names={"public.orders": "bare"}, **shape).ensure(_ORDERS).table
+    assert not again.spec().is_unpartitioned() and not again.sort_order().is_unsorted
