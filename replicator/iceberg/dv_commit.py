@@ -34,6 +34,8 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, TableMetadataV3
@@ -176,7 +178,8 @@ def commit_files(
     check_properties(properties)
     parent = read_manifest_list(table.io, head.manifest_list) if head is not None else []
     removal = _removal(table, parent, frozenset(remove), remove_all) if remove or remove_all else _NO_REMOVAL
-    targets, previous = _targets(table, parent, data_files, vectors, removal)
+    targets, previous, carried = _targets(table, parent, data_files, vectors, removal)
+    vectors = {p: union(v, carried[p]) if p in carried else v for p, v in vectors.items()}
     snapshot_id = _new_snapshot_id(metadata)
     plan = _Plan(
         snapshot_id, head_id, data_files, delete_files, vectors, properties, parent, targets, previous,
@@ -255,9 +258,11 @@ def _targets(
     data_files: Sequence[ContentFile],
     vectors: Mapping[str, Positions],
     removal: _Removal = _NO_REMOVAL,
-) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]]]:
-    """The data files the vectors are for (live or added now, positions within them) and
-    their live vectors."""
+) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]], dict[str, Positions]]:
+    """The data files the vectors are for (live or added now, positions within them), their
+    live vectors, and the positions live position-delete files (Parquet: a table upgraded
+    from v2) delete in them: readers apply only the vector where a data file has one, so
+    those positions go into it."""
     metadata = table.metadata
     targets = {f.file_path: _Target(f, metadata.default_spec_id) for f in data_files if f.file_path in vectors}
     wanted = set(vectors) - set(targets)
@@ -277,21 +282,30 @@ def _targets(
         if int(values[-1]) >= count:
             raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
     previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
+    carried: dict[str, Positions] = {}
     if removal.every:
-        return targets, previous
+        return targets, previous, carried
     for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
         if e.file.file_format != PUFFIN:
-            # Readers apply only the vector where a data file has one: these positions would
-            # come back. Merging them into the vector is not done yet.
-            raise ValueError(
-                f"{e.file.file_path}: position delete file that may apply to data files "
-                "getting a deletion vector; rewrite the position deletes first"
-            )
+            for path, values in _parquet_positions(table, e.file, set(vectors)).items():
+                carried[path] = union(carried[path], values) if path in carried else values
+            continue
         path = e.file.referenced_data_file or ""
         if path in previous:
             raise ValueError(f"{path}: more than one live deletion vector in the parent snapshot")
         previous[path] = (m, e)
-    return targets, previous
+    return targets, previous, carried
+
+
+def _parquet_positions(table: Table, file: ContentFile, paths: set[str]) -> dict[str, Positions]:
+    """The positions a position-delete Parquet file deletes in the data files ``paths``."""
+    with table.io.new_input(file.file_path).open() as stream:
+        rows = pq.read_table(stream, columns=["file_path", "pos"]).to_pydict()
+    found: dict[str, list[int]] = {}
+    for path, pos in zip(rows["file_path"], rows["pos"], strict=True):
+        if path in paths:
+            found.setdefault(path, []).append(pos)
+    return {path: np.unique(np.asarray(values, dtype=np.uint64)) for path, values in found.items()}
 
 
 def _may_apply(file: ContentFile, vectors: Mapping[str, Positions]) -> bool:
