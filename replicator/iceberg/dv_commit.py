@@ -72,6 +72,7 @@ from replicator.iceberg.manifest_writer import (
 from replicator.iceberg.roaring import Positions, union
 from replicator.iceberg.row_delta import check_properties
 from replicator.iceberg.snapshot_summary import summary_properties
+from replicator.iceberg.sql_commit import writes_v3
 from replicator.iceberg.v3_metadata import commit_v3
 
 __all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
@@ -545,7 +546,7 @@ def _commit(
 ) -> Committed:
     name = ".".join(table.name())
     try:
-        if table.metadata.format_version >= 3:
+        if table.metadata.format_version >= 3 and not writes_v3(table.catalog):
             metadata, location = commit_v3(table, requirements, updates)
         else:
             response = table.catalog.commit_table(table, requirements, updates)

@@ -113,6 +113,11 @@ def install(catalog: Any) -> None:
     catalog._replicator_fast_commit = True  # type: ignore[attr-defined]
 
 
+def writes_v3(catalog: Any) -> bool:
+    """Whether ``catalog``'s own ``commit_table`` writes v3 metadata (installed here)."""
+    return bool(getattr(catalog, "_replicator_fast_commit", False))
+
+
 def updated_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...], location: str) -> TableMetadata:
     """What pyiceberg's ``update_table_metadata(base, updates, metadata_location=location)``
     gives, without its final deep copy."""
