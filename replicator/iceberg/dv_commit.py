@@ -54,6 +54,7 @@ from pyiceberg.table.update import (
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
+from replicator.iceberg.manifest_merge import merge_small_manifests
 from replicator.iceberg.manifest_schema import (
     ContentFile,
     FileContent,
@@ -387,16 +388,17 @@ def _write_manifests(
     metadata = table.metadata
     new: list[ListedManifest] = []
 
-    def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
-        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(new)}.avro")
+    def write(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> ListedManifest:
+        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(written)}.avro")
         written.append(path)
-        new.append(
-            write_manifest(
-                table.io, path, version=_version(metadata), content=content,
-                spec=metadata.specs()[spec_id], schema=metadata.schema(),
-                snapshot_id=plan.snapshot_id, entries=entries,
-            )
+        return write_manifest(
+            table.io, path, version=_version(metadata), content=content,
+            spec=metadata.specs()[spec_id], schema=metadata.schema(),
+            snapshot_id=plan.snapshot_id, entries=entries,
         )  # fmt: skip
+
+    def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
+        new.append(write(content, spec_id, entries))
 
     data_by_spec: dict[int, list[FileEntry]] = {}
     for f in plan.data_files:
@@ -424,7 +426,11 @@ def _write_manifests(
         ]
         manifest(listed.content, listed.partition_spec_id, entries)
     carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
-    return [*new, *carried], dv_files
+    to_list, merged = merge_small_manifests(table, [*new, *carried], plan.snapshot_id, write)
+    ours = [m.manifest_path for m in merged if m.added_snapshot_id == plan.snapshot_id]
+    _discard(table, ours)  # written by this commit and merged away: nothing lists them
+    written[:] = [p for p in written if p not in ours]
+    return to_list, dv_files
 
 
 def _write_snapshot(table: Table, plan: _Plan, written: list[str]) -> Snapshot:

@@ -40,7 +40,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
-from replicator.iceberg.v3_metadata import write_v3_metadata
+from replicator.iceberg.v3_metadata import with_next_row_id, write_v3_metadata
 
 # Parsed metadata files kept per catalog (a few per table the engine writes).
 CACHED_METADATA_FILES = 256
@@ -79,6 +79,8 @@ def install(catalog: Any) -> None:
 
     def write_metadata(self: SqlCatalog, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
         if metadata.format_version >= 3:  # pyiceberg 0.12 refuses to serialize v3 metadata
+            # and leaves a new table's next-row-id unset, which stops row ids advancing
+            metadata = with_next_row_id(metadata)
             write_v3_metadata(io, metadata_path, metadata)
         else:
             write(metadata, io, metadata_path)

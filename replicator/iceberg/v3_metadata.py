@@ -34,7 +34,7 @@ from pyiceberg.typedef import IcebergBaseModel, Identifier
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-__all__ = ["commit_v3", "create_v3_table", "metadata_json", "write_v3_metadata"]
+__all__ = ["commit_v3", "create_v3_table", "metadata_json", "with_next_row_id", "write_v3_metadata"]
 
 _VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json$")
 
@@ -44,11 +44,17 @@ def metadata_json(metadata: TableMetadata) -> str:
     return IcebergBaseModel.model_dump_json(metadata)
 
 
-def write_v3_metadata(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
-    """Write a metadata file (any format version; v3 without a ``next-row-id`` gets 0: no row
-    ids assigned yet, which pyiceberg's new metadata leaves unset)."""
+def with_next_row_id(metadata: TableMetadata) -> TableMetadata:
+    """v3 metadata without a ``next-row-id`` (pyiceberg's new metadata leaves it unset) with
+    0: no row ids assigned yet. pyiceberg advances it on a snapshot only when it is set."""
     if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
-        metadata = metadata.model_copy(update={"next_row_id": 0})
+        return metadata.model_copy(update={"next_row_id": 0})
+    return metadata
+
+
+def write_v3_metadata(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
+    """Write a metadata file (any format version; see ``with_next_row_id``)."""
+    metadata = with_next_row_id(metadata)
     with file_io.new_output(location).create(overwrite=False) as stream:
         stream.write(metadata_json(metadata).encode())
 

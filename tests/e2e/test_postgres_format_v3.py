@@ -130,6 +130,8 @@ def test_format_v3_table_replicates_with_deletion_vectors(
     judge(t.metadata_location, expected)
     assert pyiceberg_rows(t) == expected
     no_position_delete_parquet(t.metadata_location)
+    row_ids = [r["_row_id"] for r in spark.read.format("iceberg").load(t.metadata_location).select("_row_id").collect()]
+    assert None not in row_ids and len(set(row_ids)) == len(expected)  # v3 row lineage
 
     # Orphan cleanup (as if an hour had passed) keeps every file the metadata references,
     # Puffin files among them: the table still reads the same.

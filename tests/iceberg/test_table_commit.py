@@ -142,3 +142,48 @@ def test_v3_table_gets_its_spec_and_sort_order_even_after_a_cut_short_creation(c
     assert bare.spec().is_unpartitioned()
     again = _manager(catalog, 3, table_names={"public.orders": "bare"}, **shape).ensure(_ORDERS).table
     assert not again.spec().is_unpartitioned() and not again.sort_order().is_unsorted
+
+
+def _forty_batches(table: Table) -> set[int]:
+    """Forty batches, each a data file with a vector on it and on the previous batch's file
+    (merged with that file's vector); asserts the manifest list stays bounded. Live ids."""
+    from replicator.iceberg.manifest_writer import read_manifest_list
+    from replicator.iceberg.row_delta import MANIFESTS_PER_CONTENT_MAX
+
+    live: set[int] = set()
+    previous = None
+    most = 0
+    for i in range(40):
+        f = data_file(table, f"b{i}", [(10 * i + k, "x") for k in range(10)])
+        live |= {10 * i + k for k in range(10)}
+        vectors = {f.file_path: positions([0])}
+        live.discard(10 * i)
+        if previous is not None:
+            vectors[previous.file_path] = positions([i % 5 + 1])
+            live.discard(10 * (i - 1) + i % 5 + 1)
+        commit_batch(table, data_files=[f], delete_files=[], vectors=vectors, snapshot_properties={},
+                     expected_parent_snapshot_id=_head(table))  # fmt: skip
+        previous = f
+        head = table.current_snapshot()
+        assert head is not None
+        listed = read_manifest_list(table.io, head.manifest_list)
+        most = max(most, max(sum(1 for m in listed if m.content == c) for c in {m.content for m in listed}))
+    assert most <= MANIFESTS_PER_CONTENT_MAX + 2
+    return live
+
+
+def test_v3_manifest_list_stays_bounded_and_reads_the_same(table: Table) -> None:
+    """Small manifests are merged; nothing changes meaning."""
+    live = _forty_batches(table)
+    assert _ids(duckdb_rows(table.metadata_location)) == sorted(live)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == sorted(live)
+    assert len(live_deletion_vectors(table)) == 40
+
+
+@pytest.mark.spark
+def test_v3_merged_manifests_read_by_spark_with_unique_row_ids(table: Table, spark: Any) -> None:
+    live = _forty_batches(table)
+    assert _ids(spark_rows(table.metadata_location)) == sorted(live)
+    rows = spark.read.format("iceberg").load(table.metadata_location).select("_row_id").collect()
+    ids = [r["_row_id"] for r in rows]
+    assert None not in ids and len(set(ids)) == len(live)
