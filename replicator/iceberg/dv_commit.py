@@ -498,7 +498,7 @@ def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, C
     data, created = puffin.write_deletion_vectors(merged)
     location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.puffin")
     written.append(location)
-    with table.io.new_output(location).create(overwrite=False) as stream:
+    with table.io.new_output(location).create(overwrite=True) as stream:  # unique name: no existence check
         stream.write(data)
     return {
         c.referenced_data_file: ContentFile(
