@@ -141,5 +141,16 @@ def test_format_v3_table_replicates_with_deletion_vectors(
     remove_orphans(t, min_age_seconds=3600, now=time.time() + 7200)
     judge(t.metadata_location, expected)
 
+    # A TRUNCATE and new rows changed in the same transaction: one snapshot removes every file
+    # (vectors too) and adds the new ones with their vector.
+    sql(pg_db, "TRUNCATE items", "INSERT INTO items SELECT g, 't', g FROM generate_series(1, 30) g",
+        "UPDATE items SET v = 'u' WHERE id <= 10", "DELETE FROM items WHERE id > 25")  # fmt: skip
+    Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
+    t = catalog.load_table("cdc.items")
+    expected = source_rows(pg_db, source)
+    judge(t.metadata_location, expected)
+    assert pyiceberg_rows(t) == expected
+    assert live_deletion_vectors(t) and table_health(t).data_files == 1
+
     report = run_diff(load(cfg_path), spark=spark, wait_seconds=5)
     assert report.exit_code == 0, [tr for tr in report.tables if not tr.matches]
