@@ -183,7 +183,8 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     for name, t in sorted(s.tables.items()):
         print(f"  {name}: {t.events:,} events -> {t.snapshots} snapshot(s), {t.rows_written:,} rows in "
               f"{t.data_files} data file(s), {t.position_deletes:,} position deletes, "
-              f"{t.equality_deletes:,} equality deletes in {t.delete_files} delete file(s)")
+              f"{t.equality_deletes:,} equality deletes in {t.delete_files} delete file(s)"
+              + (f", {t.deletion_vectors} deletion vector(s)" if t.deletion_vectors else ""))
     code = EXIT_OK
     if s.stopped:
         for table, why in sorted(s.stopped.items()):

@@ -110,6 +110,11 @@ class IcebergConfig(_Strict):
     delete_mode_by_table: dict[str, DeleteMode] = Field(
         default_factory=dict, description="source table -> delete_mode for that table (overrides delete_mode)"
     )
+    format_version: Literal[2, 3] = Field(
+        2,
+        description="Iceberg format version of the tables the engine creates (an existing table "
+        "keeps its own); 3: row deletes are deletion vectors (Puffin) instead of position-delete files",
+    )
 
     sort_by: dict[str, list[str]] = Field(
         default_factory=dict,

@@ -21,7 +21,7 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 
-from replicator.iceberg.row_delta import commit_row_delta
+from replicator.iceberg.table_commit import commit_batch
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def open_resnapshot_branch(table: Table) -> bool:
     """Create the branch (an empty snapshot, no parent) unless it exists; True if created."""
     if RESNAPSHOT_BRANCH in table.metadata.refs:
         return False
-    commit_row_delta(
+    commit_batch(
         table, data_files=[], delete_files=[], snapshot_properties={RESNAPSHOT_PROPERTY: "start"},
         expected_parent_snapshot_id=None, branch=RESNAPSHOT_BRANCH,
     )  # fmt: skip

@@ -14,6 +14,10 @@ The commit is what Iceberg Java's ``RowDelta`` does for a CDC batch:
   delete files, and deletion vectors instead of position delete files;
 * a vector may only name a data file that is live in the parent snapshot or added by this
   commit: a vector for a file that is gone would be lost with it, silently bringing rows back;
+* ``remove`` (a maintenance rewrite) and ``remove_all`` (a TRUNCATE) write the removed live
+  entries as DELETED in rewritten manifests (the rest of those manifests EXISTING, sequence
+  numbers kept); removing a data file also removes its deletion vector (the vector's entry;
+  the Puffin file may hold other files' vectors, which stay);
 * the other manifests of the parent are listed as they are; v3 row lineage per
   ``manifest_writer.write_manifest_list`` (snapshot ``first-row-id`` = the table's
   ``next-row-id``; ``added-rows`` = the ids assigned);
@@ -27,9 +31,11 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, TableMetadataV3
@@ -47,7 +53,9 @@ from pyiceberg.table.update import (
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
+from replicator.iceberg.catalog import unwrapped
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
+from replicator.iceberg.manifest_merge import merge_small_manifests
 from replicator.iceberg.manifest_schema import (
     ContentFile,
     FileContent,
@@ -66,9 +74,10 @@ from replicator.iceberg.manifest_writer import (
 from replicator.iceberg.roaring import Positions, union
 from replicator.iceberg.row_delta import check_properties
 from replicator.iceberg.snapshot_summary import summary_properties
+from replicator.iceberg.sql_commit import FastCommitSqlCatalog
 from replicator.iceberg.v3_metadata import commit_v3
 
-__all__ = ["Committed", "commit_files", "live_deletion_vectors"]
+__all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
 
 PUFFIN = "PUFFIN"
 
@@ -100,6 +109,31 @@ class _Plan:
     parent: list[ListedManifest]  # the parent snapshot's manifests
     targets: dict[str, _Target]  # data file -> where the vector goes
     previous: dict[str, tuple[ListedManifest, FileEntry]]  # data file -> its live vector
+    removal: _Removal
+    spec_ids: Mapping[str, int]  # added file -> its partition spec (default: the table's)
+    data_sequence_number: int | None  # of the added data files (None: the snapshot's)
+    operation: Operation | None  # None: from what is added and removed
+
+
+@dataclass(frozen=True)
+class _Removal:
+    """The parent's live files the commit removes, and the manifests that list them."""
+
+    paths: frozenset[str]
+    every: bool  # remove_all
+    manifests: dict[str, ListedManifest]
+    files: list[ContentFile]
+
+    def drops(self, entry: FileEntry) -> bool:
+        if self.every:
+            return True
+        f = entry.file
+        if f.file_format == PUFFIN:  # a vector goes with its data file
+            return f.referenced_data_file in self.paths
+        return f.file_path in self.paths
+
+
+_NO_REMOVAL = _Removal(frozenset(), False, {}, [])
 
 
 def commit_files(
@@ -109,20 +143,33 @@ def commit_files(
     delete_files: Sequence[ContentFile] = (),
     deletion_vectors: Mapping[str, Positions] | None = None,
     snapshot_properties: Mapping[str, str] | None = None,
-    table_properties: Mapping[str, str] | None = None,
+    table_properties: Mapping[str, str] | Callable[[int], Mapping[str, str]] | None = None,
     expected_parent_snapshot_id: int | None = None,
     branch: str = MAIN_BRANCH,
+    remove: Collection[str] = (),
+    remove_all: bool = False,
+    spec_ids: Mapping[str, int] | None = None,
+    data_sequence_number: int | None = None,
+    operation: Operation | None = None,
 ) -> Committed:
     """Commit one snapshot on ``branch`` based on ``expected_parent_snapshot_id`` (the head the
     caller's work is based on; ``None``: the branch has no snapshot yet).
 
     ``deletion_vectors`` (v3 only) maps a data file path to the positions to delete in it.
+    ``remove``: paths of live data and delete files of the parent to remove (``ValueError``
+    if one is not live); ``remove_all``: remove every live file first (a TRUNCATE).
+    ``spec_ids``: the partition spec of an added file not under the default spec.
+    ``data_sequence_number``: of the added data files (a compaction keeps its inputs').
+    ``operation``: the snapshot's (e.g. ``replace`` for a rewrite); default from the files.
+    ``table_properties``: set in the same catalog commit (a callable gets the snapshot id).
     ``CommitConflictError`` when the branch moved; ``ValueError`` on invalid input.
     """
     metadata = table.metadata
     version = _version(metadata)
     vectors = {p: v for p, v in (deletion_vectors or {}).items() if v.size}
     _check_inputs(version, data_files, delete_files, vectors)
+    if set(remove) & {f.file_path for f in (*data_files, *delete_files)}:
+        raise ValueError("a file is both removed and added")
     head = metadata.snapshot_by_name(branch)
     head_id = head.snapshot_id if head is not None else None
     if head_id != expected_parent_snapshot_id:
@@ -133,9 +180,14 @@ def commit_files(
     properties = dict(snapshot_properties or {})
     check_properties(properties)
     parent = read_manifest_list(table.io, head.manifest_list) if head is not None else []
-    targets, previous = _targets(table, parent, data_files, vectors)
+    removal = _removal(table, parent, frozenset(remove), remove_all) if remove or remove_all else _NO_REMOVAL
+    targets, previous, carried = _targets(table, parent, data_files, vectors, removal)
+    vectors = {p: union(v, carried[p]) if p in carried else v for p, v in vectors.items()}
     snapshot_id = _new_snapshot_id(metadata)
-    plan = _Plan(snapshot_id, head_id, data_files, delete_files, vectors, properties, parent, targets, previous)
+    plan = _Plan(
+        snapshot_id, head_id, data_files, delete_files, vectors, properties, parent, targets, previous,
+        removal, dict(spec_ids or {}), data_sequence_number, operation,
+    )  # fmt: skip
     written: list[str] = []
     try:
         snapshot = _write_snapshot(table, plan, written)
@@ -148,7 +200,10 @@ def commit_files(
             {"ref-name": branch, "type": SnapshotRefType.BRANCH, "snapshot-id": snapshot_id}
         ),
     )
+    if callable(table_properties):
+        table_properties = table_properties(snapshot_id)
     if table_properties:
+        check_properties(dict(table_properties))
         updates = (*updates, SetPropertiesUpdate(updates=dict(table_properties)))
     requirements: tuple[TableRequirement, ...] = (
         AssertTableUUID(uuid=metadata.table_uuid),
@@ -187,18 +242,39 @@ def _check_inputs(
         raise ValueError("a file is listed more than once in one commit")
 
 
+def _removal(table: Table, parent: list[ListedManifest], paths: frozenset[str], every: bool) -> _Removal:
+    """The live entries ``paths`` (or, ``every``, all) name, and the manifests listing them."""
+    found = _Removal(paths, every, {}, [])
+    for content in (ManifestContent.DATA, ManifestContent.DELETES):
+        for manifest, entry in _live_entries(table, parent, content, found.drops):
+            found.manifests[manifest.manifest_path] = manifest
+            found.files.append(entry.file)
+    missing = paths - {f.file_path for f in found.files}
+    if missing:
+        raise ValueError(f"files to remove are not live in the parent snapshot: {sorted(missing)[:5]}")
+    return found
+
+
 def _targets(
     table: Table,
     parent: list[ListedManifest],
     data_files: Sequence[ContentFile],
     vectors: Mapping[str, Positions],
-) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]]]:
-    """The data files the vectors are for (live or added now, positions within them) and
-    their live vectors."""
+    removal: _Removal = _NO_REMOVAL,
+) -> tuple[dict[str, _Target], dict[str, tuple[ListedManifest, FileEntry]], dict[str, Positions]]:
+    """The data files the vectors are for (live or added now, positions within them), their
+    live vectors, and the positions live position-delete files (Parquet: a table upgraded
+    from v2) delete in them: readers apply only the vector where a data file has one, so
+    those positions go into it."""
     metadata = table.metadata
     targets = {f.file_path: _Target(f, metadata.default_spec_id) for f in data_files if f.file_path in vectors}
     wanted = set(vectors) - set(targets)
-    live = _live_entries(table, parent, ManifestContent.DATA, lambda e: e.file.file_path in wanted) if wanted else []
+    if removal.every:
+        wanted = set()  # nothing of the parent stays: vectors only for files added now
+    live = _live_entries(
+        table, parent, ManifestContent.DATA,
+        lambda e: e.file.file_path in wanted and e.file.file_path not in removal.paths,
+    ) if wanted else []  # fmt: skip
     for manifest, entry in live:
         targets[entry.file.file_path] = _Target(entry.file, manifest.partition_spec_id)
     missing = sorted(set(vectors) - set(targets))
@@ -209,19 +285,30 @@ def _targets(
         if int(values[-1]) >= count:
             raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
     previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
+    carried: dict[str, Positions] = {}
+    if removal.every:
+        return targets, previous, carried
     for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
         if e.file.file_format != PUFFIN:
-            # Readers apply only the vector where a data file has one: these positions would
-            # come back. Merging them into the vector is not done yet.
-            raise ValueError(
-                f"{e.file.file_path}: position delete file that may apply to data files "
-                "getting a deletion vector; rewrite the position deletes first"
-            )
+            for path, values in _parquet_positions(table, e.file, set(vectors)).items():
+                carried[path] = union(carried[path], values) if path in carried else values
+            continue
         path = e.file.referenced_data_file or ""
         if path in previous:
             raise ValueError(f"{path}: more than one live deletion vector in the parent snapshot")
         previous[path] = (m, e)
-    return targets, previous
+    return targets, previous, carried
+
+
+def _parquet_positions(table: Table, file: ContentFile, paths: set[str]) -> dict[str, Positions]:
+    """The positions a position-delete Parquet file deletes in the data files ``paths``."""
+    with table.io.new_input(file.file_path).open() as stream:
+        rows = pq.read_table(stream, columns=["file_path", "pos"]).to_pydict()
+    found: dict[str, list[int]] = {}
+    for path, pos in zip(rows["file_path"], rows["pos"], strict=True):
+        if path in paths:
+            found.setdefault(path, []).append(pos)
+    return {path: np.unique(np.asarray(values, dtype=np.uint64)) for path, values in found.items()}
 
 
 def _may_apply(file: ContentFile, vectors: Mapping[str, Positions]) -> bool:
@@ -270,6 +357,23 @@ def live_deletion_vectors(table: Table, snapshot_id: int | None = None) -> dict[
     return result
 
 
+def vector_targets(table: Table) -> dict[str, set[str]]:
+    """Puffin file -> the data files its live deletion vectors (current snapshot) are for."""
+    return {path: set(rows) for path, rows in vector_deleted_rows(table).items()}
+
+
+def vector_deleted_rows(table: Table) -> dict[str, dict[str, int]]:
+    """Puffin file -> {data file: rows its live deletion vector deletes} (current snapshot)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return {}
+    manifests = read_manifest_list(table.io, snapshot.manifest_list)
+    out: dict[str, dict[str, int]] = {}
+    for _, entry in _live_entries(table, manifests, ManifestContent.DELETES, lambda e: e.file.file_format == PUFFIN):
+        out.setdefault(entry.file.file_path, {})[entry.file.referenced_data_file or ""] = entry.file.record_count
+    return out
+
+
 def _read_vector(table: Table, file: ContentFile) -> Positions:
     if file.content_offset is None or file.content_size_in_bytes is None:
         raise ValueError(f"{file.file_path}: deletion vector entry without content_offset/size")
@@ -290,38 +394,49 @@ def _write_manifests(
     metadata = table.metadata
     new: list[ListedManifest] = []
 
-    def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
-        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(new)}.avro")
+    def write(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> ListedManifest:
+        path = table.location_provider().new_metadata_location(f"{uuid.uuid4()}-m{len(written)}.avro")
         written.append(path)
-        new.append(
-            write_manifest(
-                table.io, path, version=_version(metadata), content=content,
-                spec=metadata.specs()[spec_id], schema=metadata.schema(),
-                snapshot_id=plan.snapshot_id, entries=entries,
-            )
+        return write_manifest(
+            table.io, path, version=_version(metadata), content=content,
+            spec=metadata.specs()[spec_id], schema=metadata.schema(),
+            snapshot_id=plan.snapshot_id, entries=entries,
         )  # fmt: skip
 
-    if plan.data_files:
-        manifest(ManifestContent.DATA, metadata.default_spec_id, [FileEntry(Status.ADDED, f) for f in plan.data_files])
+    def manifest(content: ManifestContent, spec_id: int, entries: list[FileEntry]) -> None:
+        new.append(write(content, spec_id, entries))
+
+    data_by_spec: dict[int, list[FileEntry]] = {}
+    for f in plan.data_files:
+        entry = FileEntry(Status.ADDED, f, sequence_number=plan.data_sequence_number)
+        data_by_spec.setdefault(plan.spec_ids.get(f.file_path, metadata.default_spec_id), []).append(entry)
+    for spec_id, entries in sorted(data_by_spec.items()):
+        manifest(ManifestContent.DATA, spec_id, entries)
     dv_files = _write_vectors(table, plan, written)
     by_spec: dict[int, list[FileEntry]] = {}
     for f in plan.delete_files:
-        by_spec.setdefault(metadata.default_spec_id, []).append(FileEntry(Status.ADDED, f))
+        spec_id = plan.spec_ids.get(f.file_path, metadata.default_spec_id)
+        by_spec.setdefault(spec_id, []).append(FileEntry(Status.ADDED, f))
     for path, f in dv_files.items():
         by_spec.setdefault(plan.targets[path].spec_id, []).append(FileEntry(Status.ADDED, f))
     for spec_id, entries in sorted(by_spec.items()):
         manifest(ManifestContent.DELETES, spec_id, entries)
     rewritten = {m.manifest_path: m for m, _ in plan.previous.values()}
+    rewritten.update(plan.removal.manifests)
     for listed in rewritten.values():
         spec = metadata.specs()[listed.partition_spec_id]
         entries = [
-            replace(e, status=Status.DELETED if _replaced(e, plan) else Status.EXISTING)
+            replace(e, status=Status.DELETED if _replaced(e, plan) or plan.removal.drops(e) else Status.EXISTING)
             for e in read_manifest(table.io, listed, spec, metadata.schema())
             if e.status != Status.DELETED
         ]
-        manifest(ManifestContent.DELETES, listed.partition_spec_id, entries)
+        manifest(listed.content, listed.partition_spec_id, entries)
     carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
-    return [*new, *carried], dv_files
+    to_list, merged = merge_small_manifests(table, [*new, *carried], plan.snapshot_id, write)
+    ours = [m.manifest_path for m in merged if m.added_snapshot_id == plan.snapshot_id]
+    _discard(table, ours)  # written by this commit and merged away: nothing lists them
+    written[:] = [p for p in written if p not in ours]
+    return to_list, dv_files
 
 
 def _write_snapshot(table: Table, plan: _Plan, written: list[str]) -> Snapshot:
@@ -338,17 +453,24 @@ def _write_snapshot(table: Table, plan: _Plan, written: list[str]) -> Snapshot:
         table.io, list_path, version=version, snapshot_id=snapshot_id, parent_snapshot_id=head_id,
         sequence_number=sequence_number, first_row_id=first_row_id, manifests=manifests,
     )  # fmt: skip
-    removed = [e.file for _, e in plan.previous.values()]
+    removed = [*(e.file for _, e in plan.previous.values()), *plan.removal.files]
     added = [*plan.data_files, *plan.delete_files, *dv_files.values()]
     parent = metadata.snapshot_by_id(head_id) if head_id is not None else None
+    operation = plan.operation or _operation(
+        bool(plan.data_files), bool(plan.delete_files or dv_files or plan.removal.files)
+    )
     summary = update_snapshot_summaries(
+        # pyiceberg derives totals for append/overwrite/delete only; a replace changes them
+        # as an overwrite with the same files would
         summary=Summary(
-            operation=_operation(bool(plan.data_files), bool(plan.delete_files or dv_files)),
+            operation=Operation.OVERWRITE if operation == Operation.REPLACE else operation,
             **summary_properties(added, removed),
             **plan.snapshot_properties,
         ),
         previous_summary=parent.summary if parent is not None else None,
     )
+    if operation == Operation.REPLACE:
+        summary = Summary(operation=Operation.REPLACE, **summary.additional_properties)
     return Snapshot.model_validate(
         {
             "snapshot-id": snapshot_id,
@@ -382,7 +504,7 @@ def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, C
     data, created = puffin.write_deletion_vectors(merged)
     location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.puffin")
     written.append(location)
-    with table.io.new_output(location).create(overwrite=False) as stream:
+    with table.io.new_output(location).create(overwrite=True) as stream:  # unique name: no existence check
         stream.write(data)
     return {
         c.referenced_data_file: ContentFile(
@@ -436,8 +558,9 @@ def _commit(
 ) -> Committed:
     name = ".".join(table.name())
     try:
-        if table.metadata.format_version >= 3:
-            metadata, location = commit_v3(table, requirements, updates)
+        inner = unwrapped(table.catalog)  # a FastCommitSqlCatalog writes v3 metadata itself
+        if table.metadata.format_version >= 3 and not isinstance(inner, FastCommitSqlCatalog):
+            metadata, location = commit_v3(table, requirements, updates, inner)
         else:
             response = table.catalog.commit_table(table, requirements, updates)
             metadata, location = response.metadata, response.metadata_location

@@ -88,7 +88,7 @@ class _MemoryOutput(OutputFile):
 
 
 def _store(file_io: FileIO, path: str, data: bytes) -> None:
-    with file_io.new_output(path).create(overwrite=False) as stream:
+    with file_io.new_output(path).create(overwrite=True) as stream:  # unique name: no existence check
         stream.write(data)
 
 

@@ -10,7 +10,9 @@ its parsed ``TableMetadata`` is cached by location, seeded by the commit that wr
 metadata models are immutable (pyiceberg builds new ones with ``model_copy(update=...)``), so
 the updated metadata may share parts with the base instead of being a deep copy. A subclass
 of ``SqlCatalog`` (``FastCommitSqlCatalog``) overrides the three steps; every other catalog
-is left as it is.
+is left as it is. Format-v3 metadata, which pyiceberg 0.12 reads but refuses to write, is
+written by ``v3_metadata``, so every commit of a v3 table (creation, schema and property
+changes) works on this catalog.
 
 pyiceberg internals overridden or used (pinned in ``tests/iceberg/test_pyiceberg_internals.py``):
 ``SqlCatalog._convert_orm_to_iceberg``, ``_write_metadata``, ``_update_and_stage_table``,
@@ -37,6 +39,8 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+
+from replicator.iceberg.v3_metadata import with_next_row_id, write_v3_metadata
 
 # Parsed metadata files kept per catalog (a few per table the engine writes).
 CACHED_METADATA_FILES = 256
@@ -74,7 +78,12 @@ class FastCommitSqlCatalog(SqlCatalog):
 
     # pyiceberg's is a staticmethod; ours needs the instance's cache (callers use self.).
     def _write_metadata(self, metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:  # type: ignore[override]
-        super()._write_metadata(metadata, io, metadata_path)
+        if metadata.format_version >= 3:  # pyiceberg 0.12 refuses to serialize v3 metadata
+            # and leaves a new table's next-row-id unset, which stops row ids advancing
+            metadata = with_next_row_id(metadata)
+            write_v3_metadata(io, metadata_path, metadata)
+        else:
+            super()._write_metadata(metadata, io, metadata_path)
         self._remember(metadata_path, metadata)
 
     def _update_and_stage_table(

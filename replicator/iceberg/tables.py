@@ -159,6 +159,8 @@ class TableManager:
                 hint=f"map one of them elsewhere with iceberg.table_names: {{{source_table!r}: <name>}}",
             )
         ensure_hygiene_properties(table)
+        if owner == source_table and table.format_version >= 3 and table.current_snapshot() is None:
+            self._shape(table, source_table)  # a v3 creation cut short between its two commits
         ensure_global_spec(table)  # a partitioned table needs one for its equality deletes
         keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
         state = TableState(table=table, source_table=source_table, key_columns=keys)
@@ -200,29 +202,74 @@ class TableManager:
                 key_ids.append(i)
         ice_schema = Schema(*fields, identifier_field_ids=key_ids)
         ident = self._claim(schema.table)
-        props = dict(TABLE_PROPERTIES)
+        props = {**TABLE_PROPERTIES, "format-version": str(self.cfg.format_version)}
         props[SOURCE_TABLE_PROPERTY] = schema.table
         partition_by = self.cfg.partition_by.get(schema.table)
-        sort_by = self.cfg.sort_by.get(schema.table)
-        if partition_by or sort_by:
-            # One creation commit: spec 0 unpartitioned (for equality deletes, which then
-            # reach every partition), the configured spec as the default; the sort order.
-            transaction = self.catalog.create_table_transaction(ident, schema=ice_schema, properties=props)
-            if partition_by:
-                set_partition_spec(transaction, partition_by, ident)
-            if sort_by:
-                set_sort_order(transaction, sort_by, ident)
-            transaction.commit_transaction()
-            table = self.catalog.load_table(ident)
-        else:
-            table = self.catalog.create_table(ident, schema=ice_schema, properties=props)
+        table = self._create_table(ident, ice_schema, props, partition_by, self.cfg.sort_by.get(schema.table))
         log.info(
-            "created Iceberg table %s for %s (key %s%s)", ident, schema.table, ", ".join(schema.key_columns),
+            "created Iceberg table %s (format v%d) for %s (key %s%s)", ident, table.format_version,
+            schema.table, ", ".join(schema.key_columns),
             f"; partitioned by {', '.join(partition_by)}" if partition_by else "",
         )  # fmt: skip
         state = TableState(table=table, source_table=schema.table, key_columns=schema.key_columns)
         self._tables[schema.table] = state
         return state
+
+    def _create_table(
+        self, ident: str, schema: Schema, props: dict[str, str], partition_by: list[str] | None,
+        sort_by: list[str] | None,
+    ) -> Table:
+        """Create the table in the catalog: a SQL catalog writes v3 metadata through
+        ``v3_metadata`` (``sql_commit.install``); another catalog is asked for the version in
+        the ``format-version`` property, and a table that does not come out at the configured
+        version is refused, not used."""
+        try:
+            if self.cfg.format_version >= 3:
+                # pyiceberg 0.12 cannot stage a v3 create with more (its transaction refuses the
+                # format upgrade it adds): create, then shape in a second commit (redone by
+                # load_existing while the table has no snapshot, if a crash came between).
+                table = self.catalog.create_table(ident, schema=schema, properties=props)
+                self._shape(table, props[SOURCE_TABLE_PROPERTY])
+            elif partition_by or sort_by:
+                # One creation commit: spec 0 unpartitioned (for equality deletes, which then
+                # reach every partition), the configured spec as the default; the sort order.
+                transaction = self.catalog.create_table_transaction(ident, schema=schema, properties=props)
+                if partition_by:
+                    set_partition_spec(transaction, partition_by, ident)
+                if sort_by:
+                    set_sort_order(transaction, sort_by, ident)
+                transaction.commit_transaction()
+                table = self.catalog.load_table(ident)
+            else:
+                table = self.catalog.create_table(ident, schema=schema, properties=props)
+        except NotImplementedError as exc:  # pyiceberg writing metadata it cannot (v3)
+            raise ConfigError(
+                f"cannot create {ident} at format version {self.cfg.format_version}: {exc}",
+                hint="use iceberg.format_version: 2, or a catalog that writes v3 (SQL, or a REST server)",
+            ) from None
+        if table.format_version != self.cfg.format_version:
+            raise ConfigError(
+                f"the catalog created {ident} at format version {table.format_version}, "
+                f"not the configured {self.cfg.format_version}",
+                hint="the catalog server does not take format-version "
+                f"{self.cfg.format_version}; drop the table and set iceberg.format_version to what it supports",
+            )
+        return table
+
+    def _shape(self, table: Table, source_table: str) -> None:
+        """Give a new v3 table the configured spec and sort order, unless it has them."""
+        partition_by = self.cfg.partition_by.get(source_table)
+        sort_by = self.cfg.sort_by.get(source_table)
+        name = ".".join(table.name())
+        todo_spec = bool(partition_by) and table.spec().is_unpartitioned()
+        todo_sort = bool(sort_by) and table.sort_order().is_unsorted
+        if not todo_spec and not todo_sort:
+            return
+        with table.transaction() as transaction:
+            if todo_spec and partition_by:
+                set_partition_spec(transaction, partition_by, name)
+            if todo_sort and sort_by:
+                set_sort_order(transaction, sort_by, name)
 
     def _evolve(self, state: TableState, schema: TableSchema) -> None:
         current = state.table.schema()

@@ -27,16 +27,14 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataV3, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import TableRequirement, TableUpdate, update_table_metadata
 from pyiceberg.typedef import IcebergBaseModel, Identifier
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from replicator.iceberg.catalog import unwrapped
-
-__all__ = ["commit_v3", "create_v3_table", "metadata_json"]
+__all__ = ["commit_v3", "create_v3_table", "metadata_json", "with_next_row_id", "write_v3_metadata"]
 
 _VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json$")
 
@@ -46,9 +44,22 @@ def metadata_json(metadata: TableMetadata) -> str:
     return IcebergBaseModel.model_dump_json(metadata)
 
 
-def _write(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
+def with_next_row_id(metadata: TableMetadata) -> TableMetadata:
+    """v3 metadata without a ``next-row-id`` (pyiceberg's new metadata leaves it unset) with
+    0: no row ids assigned yet. pyiceberg advances it on a snapshot only when it is set."""
+    if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
+        return metadata.model_copy(update={"next_row_id": 0})
+    return metadata
+
+
+def write_v3_metadata(file_io: FileIO, location: str, metadata: TableMetadata) -> None:
+    """Write a metadata file (any format version; see ``with_next_row_id``)."""
+    metadata = with_next_row_id(metadata)
     with file_io.new_output(location).create(overwrite=False) as stream:
         stream.write(metadata_json(metadata).encode())
+
+
+_write = write_v3_metadata
 
 
 def create_v3_table(
@@ -74,15 +85,15 @@ def create_v3_table(
 
 
 def commit_v3(
-    table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...],
+    sql: Catalog,
 ) -> tuple[TableMetadata, str]:
     """Commit ``updates`` under ``requirements``; returns the new metadata and its location.
 
     ``CommitFailedException`` when a requirement fails or another writer swapped the metadata
     first (nothing of ours is referenced then).
     """
-    catalog = table.catalog
-    sql = unwrapped(catalog)  # the engine's tables are bound to its ResilientCatalog
+    catalog = table.catalog  # ``sql``: the pyiceberg catalog behind it (catalog.unwrapped)
     if not isinstance(sql, SqlCatalog):
         response = catalog.commit_table(table, requirements, updates)
         return response.metadata, response.metadata_location

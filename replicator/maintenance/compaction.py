@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import FileScanTask, Table
 
+from replicator.iceberg.dv_commit import vector_deleted_rows
 from replicator.iceberg.files import (
     data_file_from_parquet,
     equality_delete_arrow_schema,
@@ -37,7 +38,7 @@ from replicator.iceberg.files import (
 )
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.partitions import partition_key, sort_columns
-from replicator.iceberg.rewrite import commit_rewrite
+from replicator.iceberg.table_commit import commit_replace, uses_vectors
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY, Crash, no_crash
 from replicator.maintenance.compaction_inputs import Candidate, choose_inputs
 from replicator.storage.file_writer import CONTENT_DATA, TableFileWriter, WriterSpec, WrittenFile
@@ -90,16 +91,14 @@ def _current_files(
     return data, pos, eq
 
 
-def _deleted_rows(table: Table, delete_file: DataFile) -> dict[str, int]:
-    """The data files a position-delete file names, with how many positions it deletes in each."""
+def _deleted_rows(table: Table, delete_file: DataFile, vectors: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The data files a position-delete file names, with how many positions it deletes in each
+    (a Puffin file: its live deletion vectors', ``vectors`` from ``dv_commit.vector_deleted_rows``)."""
+    if delete_file.file_format == FileFormat.PUFFIN:
+        return vectors.get(delete_file.file_path, {})
     with table.io.new_input(delete_file.file_path).open() as stream:
         counts = pq.read_table(stream, columns=["file_path"]).column(0).value_counts()
     return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist()}
-
-
-def _targets(table: Table, delete_file: DataFile) -> set[str]:
-    """The data files a position-delete file names."""
-    return set(_deleted_rows(table, delete_file))
 
 
 def plan_compaction(
@@ -112,13 +111,16 @@ def plan_compaction(
     data, pos, eq = _current_files(table, seqs)
     if head is None or eq or not data:
         return None
-    counts = {f.file_path: _deleted_rows(table, f) for f in pos}
+    vectors = vector_deleted_rows(table) if uses_vectors(table) else {}
+    counts = {f.file_path: _deleted_rows(table, f, vectors) for f in pos}
     targets = {path: set(c) for path, c in counts.items()}
     hit: dict[str, list[DataFile]] = defaultdict(list)
     deleted: dict[str, int] = defaultdict(int)
     for f in pos:
-        for path, n in counts[f.file_path].items():
+        for path in counts[f.file_path]:
             hit[path].append(f)
+    for rows in counts.values():  # once per file: a Puffin file is listed once per vector
+        for path, n in rows.items():
             deleted[path] += n
     by_path = {f.file_path: f for f in data}
     # Bin-packing stays within one partition of one spec: a step rewrites files of ONE
@@ -182,7 +184,8 @@ def compact(
     }
     # Not committed (or unknown): the new files stay for orphan cleanup, which checks the
     # metadata, rather than risk deleting files a commit references.
-    table = commit_rewrite(
+    # v3: a rewritten data file's deletion vector is removed with it
+    table = commit_replace(
         table, expected_snapshot_id=plan.snapshot_id,
         remove=[*plan.data_files, *plan.droppable], add_data=added,
         data_sequence_number=plan.sequence_number, summary=summary,
@@ -216,8 +219,9 @@ def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tupl
     )
     writer = TableFileWriter(spec)
     deletes_of: dict[str, set[DataFile]] = defaultdict(set)
+    vectors = vector_deleted_rows(table) if uses_vectors(table) else {}
     for d in plan.delete_files:
-        for path in _targets(table, d):
+        for path in _deleted_rows(table, d, vectors):
             deletes_of[path].add(d)
     # Bytes per row of the inputs estimates when a file reaches the target.
     in_rows = sum(f.record_count for f in plan.data_files) or 1

@@ -52,7 +52,7 @@ from pyiceberg.table import Table
 from replicator.iceberg.files import position_delete_arrow_schema, position_delete_file_from_parquet
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.partitions import partition_key
-from replicator.iceberg.rewrite import commit_rewrite
+from replicator.iceberg.table_commit import commit_replace, position_files_as_vectors, uses_vectors
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.conversion_arrow import (
     LOCAL_MAX_ROWS,
@@ -198,18 +198,23 @@ def convert_equality_deletes(
     ]
     crash("conversion-files-written")
 
+    # v3: the positions as deletion vectors; the files are not committed
+    vectors = position_files_as_vectors(table, [f.file_path for f in added]) if uses_vectors(table) else None
+    added = [] if vectors is not None else added
     removed = [f for f, _seq in plan.equality_deletes]
     summary = {
         MAINTENANCE_SUMMARY_KEY: KIND,
         f"{MAINTENANCE_SUMMARY_KEY}.equality-delete-files-removed": str(len(removed)),
         f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added": str(len(added)),
         f"{MAINTENANCE_SUMMARY_KEY}.positions": str(rows),
+        **({f"{MAINTENANCE_SUMMARY_KEY}.deletion-vectors": str(len(vectors))} if vectors is not None else {}),
     }
-    commit_rewrite(
+    commit_replace(
         table,
         expected_snapshot_id=plan.snapshot_id,
         remove=removed,
         add_deletes=added,
+        vectors=vectors,
         summary=summary,
     )
     crash("conversion-committed")

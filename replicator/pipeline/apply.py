@@ -71,7 +71,8 @@ from replicator.iceberg.files import (
     position_delete_file_from_parquet,
 )
 from replicator.iceberg.partitions import global_spec_id, sort_columns
-from replicator.iceberg.row_delta import commit_row_delta
+from replicator.iceberg.roaring import Positions as VectorPositions
+from replicator.iceberg.table_commit import commit_batch, position_files_as_vectors, uses_vectors
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.chunks import (
     UNFILLABLE_IN_CHUNKS,
@@ -120,6 +121,7 @@ class TableTotals:
     delete_files: int = 0
     position_delete_files: int = 0
     equality_delete_files: int = 0
+    deletion_vectors: int = 0
     snapshots: int = 0
     dead_letters: int = 0
     stage_seconds: float = 0.0
@@ -184,6 +186,9 @@ class BatchCommit:
 class _Written:
     data: list[DataFile] = field(default_factory=list)
     deletes: list[DataFile] = field(default_factory=list)
+    # format v3: the positions the batch deletes, per data file (written at commit time as
+    # deletion vectors, merged with each file's live one)
+    vectors: dict[str, VectorPositions] = field(default_factory=dict)
 
     @property
     def paths(self) -> list[str]:
@@ -446,10 +451,11 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
     table = state.table
     t0 = time.perf_counter()
     try:
-        commit_row_delta(
+        commit_batch(
             table,
             data_files=action.files.data,
             delete_files=action.files.deletes,
+            vectors=action.files.vectors,
             snapshot_properties=summary,
             table_properties=properties,
             expected_parent_snapshot_id=action.parent_id,
@@ -490,6 +496,7 @@ def _settle(part: _TablePart, action: Action[_TablePart, _Written], batch: Batch
         return action.checkpoint
     totals, files = part.totals, action.files
     totals.data_files += len(files.data)
+    totals.deletion_vectors += len(files.vectors)
     totals.delete_files += len(files.deletes)
     eq = sum(1 for f in files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
     totals.equality_delete_files += eq
@@ -575,11 +582,14 @@ def _describe(part: _TablePart, result: StageResult) -> _Written:
     spec_id, global_id = table.metadata.default_spec_id, global_spec_id(table)
     out = _Written()
     totals = part.totals
+    vectors = uses_vectors(table)
     for f in result.files:
         if f.content == CONTENT_DATA:
             out.data.append(data_file_from_parquet(table, f.path, file_size=f.size, spec_id=spec_id,
                                                    partition=f.partition))  # fmt: skip
             totals.rows_written += f.records
+        elif f.content == CONTENT_POSITION_DELETES and vectors:
+            totals.position_deletes += f.records  # as deletion vectors, below
         elif f.content == CONTENT_POSITION_DELETES:
             # A delete of an earlier batch's row goes to the spec of the file it names.
             home = spec_id if f.spec_id is None else f.spec_id
@@ -589,6 +599,8 @@ def _describe(part: _TablePart, result: StageResult) -> _Written:
         elif f.content == CONTENT_EQUALITY_DELETES:
             out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids, spec_id=global_id))
             totals.equality_deletes += f.records
+    if vectors:  # v3: the stage's position-delete files become vectors (never committed)
+        out.vectors = position_files_as_vectors(table, [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES])
     return out
 
 

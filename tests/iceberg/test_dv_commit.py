@@ -246,8 +246,9 @@ def test_read_and_merge_vectors_spark_wrote(spark: SparkSession, tmp_path: Path,
 @pytest.mark.spark
 def test_table_upgraded_from_v2_by_spark(spark: SparkSession, tmp_path: Path, catalog: SqlCatalog) -> None:
     """A v2 table with a Parquet position delete file, upgraded to v3 by Iceberg Java: a vector
-    for that data file is refused (readers would apply only the vector and bring the deleted
-    row back); new files with vectors commit fine, and the upgraded manifests get row ids."""
+    for that data file carries the file's positions too (readers apply only the vector, which
+    would bring the deleted row back otherwise); new files with vectors commit fine, and the
+    upgraded manifests get row ids."""
     from spark.session import configure_iceberg_catalog
 
     configure_iceberg_catalog(spark, "upg", {"type": "hadoop", "warehouse": f"file://{tmp_path}/upg"})
@@ -264,8 +265,10 @@ def test_table_upgraded_from_v2_by_spark(spark: SparkSession, tmp_path: Path, ca
     assert table.metadata.format_version == 3
     [old] = [f["file_path"] for f in spark_files(table.metadata_location) if f["content"] == 0]
     head = table.metadata.current_snapshot_id
-    with pytest.raises(ValueError, match="rewrite the position deletes first"):
-        commit_files(table, deletion_vectors={old: positions([5])}, expected_parent_snapshot_id=head)
+    merged = commit_files(table, deletion_vectors={old: positions([5])}, expected_parent_snapshot_id=head)
+    assert live_deletion_vectors(merged.table)[old].tolist() == [3, 5]
+    assert _ids(spark_rows(merged.table.metadata_location)) == sorted(set(range(10)) - {3, 5})
+    table, head = merged.table, merged.snapshot.snapshot_id
 
     new = data_file(table, "new", [(i, f"n{i}") for i in range(100, 105)])
     committed = commit_files(
@@ -273,7 +276,7 @@ def test_table_upgraded_from_v2_by_spark(spark: SparkSession, tmp_path: Path, ca
         expected_parent_snapshot_id=head,
     )  # fmt: skip
     location = committed.table.metadata_location
-    expected = sorted({*range(10), *range(101, 105)} - {3})
+    expected = sorted({*range(10), *range(101, 105)} - {3, 5})
     assert _ids(spark_rows(location)) == expected
     assert _ids(duckdb_rows(location)) == expected
     row_ids = [r["_row_id"] for r in spark.read.format("iceberg").load(location).select("_row_id").collect()]

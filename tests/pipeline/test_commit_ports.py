@@ -4,7 +4,9 @@ writer are injected at the catalog commit of a running engine; DuckDB judges the
 
 The decisions themselves are tested pure in tests/commit/; this checks that the ports act on
 them: the same files committed on the new head, a lost answer settled by the checkpoint,
-files of a refused attempt deleted, and the engine stopping instead of writing duplicates."""
+files of a refused attempt deleted, and the engine stopping instead of writing duplicates.
+Each case runs on a format-v2 table (row deltas) and a v3 one (deletion vectors, our own
+manifests)."""
 
 from __future__ import annotations
 
@@ -27,14 +29,19 @@ from tests.pipeline.dbz import ChangeLog
 Real = Callable[..., Any]
 
 
+@pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+def version(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
 def _engine_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int,
-                 intervene: Callable[[Table, Real, dict[str, Any]], Any]) -> tuple[ChangeLog, Any]:
+                 intervene: Callable[[Table, Real, dict[str, Any]], Any], version: int) -> tuple[ChangeLog, Any]:
     """A change log of several batches; the ``at``-th catalog commit of the engine goes
     through ``intervene`` (given the table, the real commit and the engine's arguments)."""
     log = ChangeLog()
     mixed(log, random.Random(3), 40)
     feed(tmp_path, "0001.jsonl", log)
-    real = apply_mod.commit_row_delta
+    real = apply_mod.commit_batch
     calls = {"n": 0}
 
     def commit(t: Table, **kwargs: Any) -> Any:
@@ -43,13 +50,14 @@ def _engine_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int,
             return intervene(t, real, kwargs)
         return real(t, **kwargs)
 
-    monkeypatch.setattr(apply_mod, "commit_row_delta", commit)
-    return log, config(tmp_path, max_events=8, exactly_once=False)
+    monkeypatch.setattr(apply_mod, "commit_batch", commit)
+    return log, config(tmp_path, max_events=8, exactly_once=False, format_version=version)
 
 
 def _files(t: Table) -> tuple[set[str], set[str]]:
     """(files the current snapshot lists, Parquet files in the table's data folder), by name."""
-    listed = [Path(p).name for p in t.inspect.files().column("file_path").to_pylist()]
+    # (a Puffin file is listed once per deletion vector it holds)
+    listed = [n for p in t.inspect.files().column("file_path").to_pylist() if (n := Path(p).name).endswith(".parquet")]
     assert len(listed) == len(set(listed)), "a file is listed twice"
     on_disk = {p.name for p in Path(t.location().removeprefix("file://"), "data").rglob("*.parquet")}
     return set(listed), on_disk
@@ -69,7 +77,7 @@ def _judge(cfg: Any, log: ChangeLog) -> Table:
 
 
 def test_head_moved_commits_the_same_files_on_the_new_head(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     refused: set[str] = set()
 
@@ -78,16 +86,18 @@ def test_head_moved_commits_the_same_files_on_the_new_head(
         real(t, data_files=[], delete_files=[], snapshot_properties={})  # checkpoint unchanged
         return real(t, **kwargs)
 
-    log, cfg = _engine_with(tmp_path, monkeypatch, 3, maintenance_first)
+    log, cfg = _engine_with(tmp_path, monkeypatch, 3, maintenance_first, version)
     with caplog.at_level(logging.WARNING, logger=apply_mod.__name__):
         run(cfg)
     assert "commit conflict (attempt 1)" in caplog.text
-    listed, on_disk = _files(_judge(cfg, log))
+    judged = _judge(cfg, log)
+    assert judged.format_version == version
+    listed, on_disk = _files(judged)
     assert refused <= listed  # the same files, committed on the new head
     assert on_disk == listed
 
 
-def test_lost_answer_that_was_ours_is_not_applied_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lost_answer_that_was_ours_is_not_applied_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
     taken: set[str] = set()
 
     def taken_then_lost(t: Table, real: Real, kwargs: dict[str, Any]) -> Any:
@@ -95,14 +105,14 @@ def test_lost_answer_that_was_ours_is_not_applied_twice(tmp_path: Path, monkeypa
         real(t, **kwargs)
         raise CommitStateUnknownError("the answer was lost")
 
-    log, cfg = _engine_with(tmp_path, monkeypatch, 3, taken_then_lost)
+    log, cfg = _engine_with(tmp_path, monkeypatch, 3, taken_then_lost, version)
     run(cfg)
     listed, on_disk = _files(_judge(cfg, log))
     assert taken <= listed and on_disk == listed
 
 
 def test_lost_answer_that_was_not_ours_rebuilds_and_keeps_the_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
     lost_files: set[str] = set()
 
@@ -110,7 +120,7 @@ def test_lost_answer_that_was_not_ours_rebuilds_and_keeps_the_files(
         lost_files.update(_names(kwargs))
         raise CommitStateUnknownError("the answer was lost")
 
-    log, cfg = _engine_with(tmp_path, monkeypatch, 3, lost)
+    log, cfg = _engine_with(tmp_path, monkeypatch, 3, lost, version)
     run(cfg)
     listed, on_disk = _files(_judge(cfg, log))
     # Not in the table, but they might have been: left to orphan cleanup, never deleted.
@@ -119,7 +129,7 @@ def test_lost_answer_that_was_not_ours_rebuilds_and_keeps_the_files(
 
 
 def test_another_writer_stops_the_engine_and_its_files_are_deleted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
     refused: set[str] = set()
 
@@ -131,7 +141,7 @@ def test_another_writer_stops_the_engine_and_its_files_are_deleted(
         real(t, data_files=[], delete_files=[], snapshot_properties=summary, table_properties=props)
         return real(t, **kwargs)
 
-    _log, cfg = _engine_with(tmp_path, monkeypatch, 3, other_writer_first)
+    _log, cfg = _engine_with(tmp_path, monkeypatch, 3, other_writer_first, version)
     with pytest.raises(FencedError, match=r"another writer \(other\)"):
         run(cfg)
     listed, on_disk = _files(table(cfg))
