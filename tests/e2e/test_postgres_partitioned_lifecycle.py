@@ -8,6 +8,8 @@ partition values."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,12 @@ import yaml
 from replicator.cli.main import main
 from replicator.iceberg.cuts import list_cuts, replicated_tables
 from replicator.iceberg.tables import open_catalog
+from sample_dbs.spark_cluster import PrivateSparkCluster
 from tests.e2e.pg_support import load, source_rows, source_tables, write_config
 from tests.e2e.test_postgres_partitioned import sql
 from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.e2e.test_postgres_schema_changes import run
+from tests.e2e.test_spark_cluster import ROOT, _cli, _failed_tasks, _write_config
 from tests.judges import (
     assert_no_duplicate_data_files,
     assert_partition_values,
@@ -109,3 +113,31 @@ def test_moves_add_column_and_cut_on_a_partitioned_table(
     assert_no_duplicate_data_files(t.metadata_location)
     rc = main(["diff", "--config", str(cfg_path), "--wait", "30"])
     assert rc == 0, capsys.readouterr().out
+
+
+@pytest.mark.slow  # a master, two workers, executors (~2.5 min): make test-long
+def test_partition_moves_through_the_cluster_path(tmp_path: Path, pg_db: str) -> None:
+    """The same moves, every batch as tasks on a two-worker cluster (the partition plan and
+    the files' partition tuples travel to and from the executors); one executor is lost
+    inside a task and its task retried under new file names."""
+    sql(pg_db, *SEED)
+    marker = tmp_path / "lost-one-executor"
+    with PrivateSparkCluster(tmp_path / "cluster", workers=2) as cluster:
+        cfg_path = _write_config(tmp_path, pg_db, cluster.master_url, lose_marker=marker)
+        raw = yaml.safe_load(cfg_path.read_text())
+        raw["iceberg"]["partition_by"] = {"public.orders": PARTITION_BY}
+        raw["batch"]["max_events"] = 1000
+        cfg_path.write_text(yaml.safe_dump(raw))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for changes in ((), MOVES + ADD_COLUMN):
+            sql(pg_db, *changes)
+            done = subprocess.run(_cli("run", "--config", str(cfg_path), "--until-idle"), env=env,
+                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+            assert done.returncode == 0, done.stderr[-4000:]
+        assert marker.exists(), "no task ever ran with the fault injection armed"
+        assert _failed_tasks(tmp_path / "events") >= 1  # the executor we killed
+    t = open_catalog(load(cfg_path).iceberg).load_table("cdc.orders")
+    assert [f.name for f in t.spec().fields] == ["created_day", "id_bucket_4"]
+    assert_tables_equal(cfg_path, pg_db)
+    assert_partition_values(t)
+    assert_no_duplicate_data_files(t.metadata_location)
