@@ -141,3 +141,31 @@ def test_partition_moves_through_the_cluster_path(tmp_path: Path, pg_db: str) ->
     assert_tables_equal(cfg_path, pg_db)
     assert_partition_values(t)
     assert_no_duplicate_data_files(t.metadata_location)
+
+
+def test_dropped_partition_source_column(tmp_path: Path, pg_db: str, spark: Any) -> None:
+    """The source drops the column a partition field is derived from: the Iceberg column is
+    kept (as every dropped column is), rows written after the drop carry null there and land
+    in the null partition of that field; the rest stay where they were."""
+    sql(pg_db, *SEED)
+    cfg_path = partitioned_config(tmp_path, pg_db)
+    run(cfg_path, spark)
+    sql(pg_db, "ALTER TABLE orders DROP COLUMN created", "UPDATE orders SET amount = 0 WHERE id % 10 = 0",
+        "INSERT INTO orders VALUES (5000, 1, 'new')", "DELETE FROM orders WHERE id % 10 = 1")  # fmt: skip
+    summary = run(cfg_path, spark)
+    assert summary.dead_letters == 0 and not summary.stopped, summary.stopped
+    assert_tables_equal(cfg_path, pg_db)
+    t = open_catalog(load(cfg_path).iceberg).load_table("cdc.orders")
+    assert [f.name for f in t.schema().fields] == ["id", "created", "amount", "note"]
+    assert [f.name for f in t.spec().fields] == ["created_day", "id_bucket_4"]
+    rows = (
+        spark.read.format("iceberg")
+        .load(t.metadata_location)
+        .select("id", "created", "_partition")
+        .collect()
+    )
+    for r in rows:
+        rewritten = r["id"] % 10 == 0 or r["id"] == 5000
+        assert (r["created"] is None) == rewritten, r
+        assert (r["_partition"]["created_day"] is None) == rewritten, r
+        assert r["_partition"]["id_bucket_4"] is not None, r
