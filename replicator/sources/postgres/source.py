@@ -61,6 +61,12 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
+from replicator.sources.postgres.frontier import (
+    carried_frontier,
+    plain_reads_after,
+    record_read,
+    resumed_repeats,
+)
 from replicator.sources.postgres.incremental import (
     PgIncremental,
     discover_tables,
@@ -251,7 +257,7 @@ class PostgresSource(ChangeSource):
         plan = self._start_incremental(plan, state, committed)
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
-            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq, state)
 
     def _start_incremental(
         self, plan: SnapshotPlan | None, state: SnapshotState | None,
@@ -345,6 +351,7 @@ class PostgresSource(ChangeSource):
         snapshot_name: str | None,
         last_key: list[str | None] | None,
         next_seq: int,
+        resumed: SnapshotState | None = None,
     ) -> None:
         assert self._text_conn is not None and self._conn is not None and self._asm is not None
         self._snap_lsn = snap_lsn = self._confirmed - 1
@@ -360,6 +367,8 @@ class PostgresSource(ChangeSource):
             # ``SnapshotReader.begin``; safe under synchronous_commit = off).
             until = SourcePosition(source="postgres", parts=(bound, 2**62))
             self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
+            reader.repeats = resumed_repeats(resumed, [t.qualified for t in order], snap_lsn)
+            self.replay = plain_reads_after(self.replay, snap_lsn, next_seq - 1)
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
         self._snap = reader
@@ -375,7 +384,8 @@ class PostgresSource(ChangeSource):
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
-            source_id=self.source_id,
+            source_id=self.source_id, read_frontier=carried_frontier(resumed, snap_lsn),
+            repeats_all=sorted(t for t, k in reader.repeats.items() if k is None),
         )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)
@@ -438,6 +448,8 @@ class PostgresSource(ChangeSource):
                 self._end_snapshot()
                 return
             chunk, start, stop = got
+            if start == 0:
+                self._take_chunk(chunk)
             n += stop - start
             if chunk.block is not None:
                 yield from self._block_events(chunk, start, stop)
@@ -450,6 +462,16 @@ class PostgresSource(ChangeSource):
                     self._asm.last_out = (self._snap_lsn, seq)
                     self._snap_last_seq = seq
                     yield ev
+
+    def _take_chunk(self, chunk: Chunk) -> None:
+        """Before a chunk's first row leaves: its rows' policy and the durable frontier."""
+        assert self._snap_lsn is not None and chunk.boundary is not None
+        with self._lock:
+            if chunk.repeats:
+                self.replay = plain_reads_after(self.replay, self._snap_lsn, chunk.boundary.seq)
+            st = self._snap_state
+            if st is not None and not st.complete and record_read(st, chunk) and self.state_path:
+                st.save(self.state_path)
 
     def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
         """Rows ``start:stop`` of a chunk read as Arrow: events whose ``after`` is a view
