@@ -87,6 +87,7 @@ class SnapshotState(JsonStateFile):
     # a file written before the frontier was kept (every re-read row may repeat).
     read_frontier: dict[str, list[str | None] | None] | None = None
     repeats_all: list[str] = field(default_factory=list)
+    read_chunks: list[list[Any]] = field(default_factory=list)  # see ``frontier.py``
 
 
 @dataclass

@@ -62,10 +62,12 @@ from replicator.sources.postgres.changes import (
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
 from replicator.sources.postgres.frontier import (
+    carried_chunks,
     carried_frontier,
     plain_reads_after,
     record_read,
     resumed_repeats,
+    whole_tables_unless_copied,
 )
 from replicator.sources.postgres.incremental import (
     PgIncremental,
@@ -367,7 +369,8 @@ class PostgresSource(ChangeSource):
             # ``SnapshotReader.begin``; safe under synchronous_commit = off).
             until = SourcePosition(source="postgres", parts=(bound, 2**62))
             self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
-            reader.repeats = resumed_repeats(resumed, [t.qualified for t in order], snap_lsn)
+            names, done = [t.qualified for t in order], self._asm.committed
+            reader.repeats = resumed_repeats(resumed, names, snap_lsn, done)
             self.replay = plain_reads_after(self.replay, snap_lsn, next_seq - 1)
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
@@ -382,9 +385,11 @@ class PostgresSource(ChangeSource):
             if layout is not None and t.key_columns:
                 reader.layouts[t.qualified] = layout
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
+        reader.repeats = whole_tables_unless_copied(reader.repeats, reader.layouts)
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
             source_id=self.source_id, read_frontier=carried_frontier(resumed, snap_lsn),
+            read_chunks=carried_chunks(resumed, snap_lsn, next_seq),
             repeats_all=sorted(t for t, k in reader.repeats.items() if k is None),
         )  # fmt: skip
         if self.state_path:
@@ -470,7 +475,9 @@ class PostgresSource(ChangeSource):
             if chunk.repeats:
                 self.replay = plain_reads_after(self.replay, self._snap_lsn, chunk.boundary.seq)
             st = self._snap_state
-            if st is not None and not st.complete and record_read(st, chunk) and self.state_path:
+            bound = self._snap.repeats.get(chunk.table.qualified) if self._snap is not None else None
+            if st is not None and not st.complete and self.state_path and \
+                    record_read(st, chunk, bound, self._snap_acked_seq):
                 st.save(self.state_path)
 
     def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:

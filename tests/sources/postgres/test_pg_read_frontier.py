@@ -9,10 +9,12 @@ from replicator.checkpoint import Checkpoints, ReplayWindow, plan_batch
 from replicator.events.model import SourcePosition
 from replicator.sources.common.snapshot import Boundary
 from replicator.sources.postgres.frontier import (
+    carried_chunks,
     carried_frontier,
     plain_reads_after,
     record_read,
     resumed_repeats,
+    whole_tables_unless_copied,
 )
 from replicator.sources.postgres.setup import TableInfo
 from replicator.sources.postgres.snapshot import Chunk, SnapshotState
@@ -30,10 +32,12 @@ def _state(**kw: object) -> SnapshotState:
     return SnapshotState(**base)  # type: ignore[arg-type]
 
 
-def _chunk(table: str, last_key: tuple[str | None, ...] | None, repeats: bool = False) -> Chunk:
+def _chunk(
+    table: str, last_key: tuple[str | None, ...] | None, repeats: bool = False, seq: int = 9
+) -> Chunk:
     schema, name = table.split(".")
     info = TableInfo(oid=1, schema=schema, name=name, replica_identity="d", pk_columns=("id",))
-    chunk = Chunk(info, 0, ("id",), [], (0,), 0, boundary=Boundary(9, 0, last_key))
+    chunk = Chunk(info, 0, ("id",), [], (0,), 0, boundary=Boundary(seq, 0, last_key), count=10)
     chunk.repeats = repeats
     return chunk
 
@@ -61,17 +65,47 @@ def test_frontier_bounds_repeats_per_table() -> None:
 
 def test_record_read_moves_only_on_plain_chunks(tmp_path: Path) -> None:
     st = _state(read_frontier={"public.a": ["420"]})
-    assert not record_read(st, _chunk("public.a", ("300",), repeats=True))
+    # a chunk inside the repeat part: recorded with the resume's bound, frontier unchanged
+    assert record_read(st, _chunk("public.a", ("300",), repeats=True, seq=9), ("420",), -1)
     assert st.read_frontier == {"public.a": ["420"]}
-    assert record_read(st, _chunk("public.a", ("430",)))
-    assert record_read(st, _chunk("public.b", ("7",)))
+    assert record_read(st, _chunk("public.a", ("430",), seq=19), None, -1)
+    assert record_read(st, _chunk("public.b", ("7",), seq=29), None, -1)
     assert st.read_frontier == {"public.a": ["430"], "public.b": ["7"]}
+    assert st.read_chunks == [["public.a", 0, 9, ["420"]], ["public.a", 10, 19, ["430"]],
+                              ["public.b", 20, 29, ["7"]]]  # fmt: skip
+    # every row repeats anyway: nothing recorded
+    assert not record_read(st, _chunk("public.c", ("1",), repeats=True, seq=39), None, -1)
+    # acknowledged up to 25: a's newest chunk below it stays (it may hold a's last commit)
+    assert record_read(st, _chunk("public.b", ("9",), seq=39), None, 25)
+    assert [c[1] for c in st.read_chunks] == [10, 20, 30]
     # durable: the saved file round-trips
     st.save(tmp_path / "s.json")
     again = SnapshotState.load(tmp_path / "s.json")
     assert again is not None and again.read_frontier == st.read_frontier
     untracked = _state()
-    assert not record_read(untracked, _chunk("public.a", ("1",)))
+    assert not record_read(untracked, _chunk("public.a", ("1",)), None, -1)
+
+
+def test_committed_row_bounds_repeats_by_its_chunk() -> None:
+    st = _state(
+        read_frontier={"public.a": ["900"], "public.b": ["50"]},
+        read_chunks=[["public.a", 0, 9, ["420"]], ["public.a", 10, 19, ["500"]],
+                     ["public.a", 20, 29, ["900"]], ["public.b", 30, 39, ["50"]]],
+    )  # fmt: skip
+    tables = ["public.a", "public.b", "public.c"]
+    # a committed up to seq 12 (chunk 10..19): rows up to key 500 may be in it, not 900;
+    # b has no committed row of this snapshot: none repeats; c: none read
+    got = resumed_repeats(st, tables, LSN, {"public.a": (LSN, 12), "public.b": (LSN - 1, 5)})
+    assert got == {"public.a": ("500",)}
+    # a seq in no recorded chunk: the frontier bounds it
+    assert resumed_repeats(st, tables, LSN, {"public.a": (LSN, 77)}) == {"public.a": ("900",)}
+    # a resumed run starting at seq 20 drops the chunks never committed
+    assert [c[1] for c in carried_chunks(st, LSN, 20)] == [0, 10]
+    assert carried_chunks(st, LSN + 1, 20) == []
+    # tables read row by row: whole tables
+    assert whole_tables_unless_copied(
+        {"public.a": ("5",), "public.b": ("6",)}, {"public.a": 1}
+    ) == {"public.a": ("5",), "public.b": None}
 
 
 def pg(lsn: int, i: int) -> SourcePosition:
