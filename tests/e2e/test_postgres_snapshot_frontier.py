@@ -65,7 +65,7 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
     cfg = write_config(tmp_path, pg_db, max_events=BATCH)
     stop = threading.Event()
     writer = threading.Thread(target=run_changes, args=(pg_db, 10**9),
-                              kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.05}, daemon=True)  # fmt: skip
+                              kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.3}, daemon=True)  # fmt: skip
     writer.start()
     try:
         first = _engine(cfg, "snapshot-batch:2")
