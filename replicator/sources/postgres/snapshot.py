@@ -30,6 +30,9 @@ at (table, key > last key) instead of starting over; new rows get seqs above eve
 one, so none is skipped as "already committed". The key is ``TableInfo.key_columns`` (the
 replica identity index when set, else the primary key): the one the stream keys on. Without a state
 directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for the rule).
+Before a chunk's first row is handed out, the state also records it (the durable read
+frontier, ``frontier.py``): a resumed snapshot re-reads as upserts only the keys up to the
+chunk of each table's last committed row, the rest as plain inserts.
 """
 
 from __future__ import annotations
