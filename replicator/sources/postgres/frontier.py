@@ -94,10 +94,15 @@ def _committed_chunk(
 def carried_chunks(
     state: SnapshotState | None, snapshot_lsn: int, next_seq: int
 ) -> list[ChunkRecord]:
-    """The recorded chunks a resumed snapshot keeps: those that may hold a committed row."""
+    """The recorded chunks a resumed snapshot keeps: those that may hold a committed row,
+    cut below ``next_seq`` (where the resumed run's own chunks start: no seq in two)."""
     if state is None or state.snapshot_lsn != snapshot_lsn:
         return []
-    return [c for c in state.read_chunks if c[1] < next_seq]
+    return [
+        [t, first, min(last, next_seq - 1), key]
+        for t, first, last, key in state.read_chunks
+        if first < next_seq
+    ]
 
 
 def carried_frontier(

@@ -101,6 +101,11 @@ def test_committed_row_bounds_repeats_by_its_chunk() -> None:
     assert resumed_repeats(st, tables, LSN, {"public.a": (LSN, 77)}) == {"public.a": ("900",)}
     # a resumed run starting at seq 20 drops the chunks never committed
     assert [c[1] for c in carried_chunks(st, LSN, 20)] == [0, 10]
+    # a committed seq inside a chunk (the resumed run starts at 15): the chunk is cut there
+    assert carried_chunks(st, LSN, 15) == [
+        ["public.a", 0, 9, ["420"]],
+        ["public.a", 10, 14, ["500"]],
+    ]
     assert carried_chunks(st, LSN + 1, 20) == []
     # tables read row by row: whole tables
     assert whole_tables_unless_copied(
