@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 import threading
 from pathlib import Path
 from typing import Any
@@ -64,8 +63,8 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
     seed(pg_db, ROWS)
     cfg = write_config(tmp_path, pg_db, max_events=BATCH)
     stop = threading.Event()
-    writer = threading.Thread(target=run_changes, args=(pg_db, 10**9),
-                              kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.3}, daemon=True)  # fmt: skip
+    writer = threading.Thread(target=run_changes, args=(pg_db, 30_000),
+                              kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.2}, daemon=True)  # fmt: skip
     writer.start()
     try:
         first = _engine(cfg, "snapshot-batch:2")
