@@ -56,6 +56,53 @@ def _setup(dsn: str, rows: int) -> float:
     return time.perf_counter() - t0
 
 
+def _raw_copy(dsn: str) -> dict[str, float]:
+    """The server's and the CSV parser's share, without the engine: the whole table by one
+    ``COPY (SELECT * FROM big ORDER BY id) TO STDOUT (FORMAT csv)`` into /dev/null, then the
+    same bytes parsed by pyarrow in 10k-row pieces (the engine's default chunk)."""
+    import psycopg
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    t0 = time.perf_counter()
+    parts: list[bytes] = []
+    sql = "COPY (SELECT * FROM big ORDER BY id) TO STDOUT (FORMAT csv)"
+    with (
+        psycopg.connect(dsn) as conn, conn.cursor() as cur, cur.copy(sql) as copy,
+        open(os.devnull, "wb") as sink,
+    ):  # fmt: skip
+        for data in copy:
+            sink.write(data)
+            parts.append(bytes(data))
+    copy_s = time.perf_counter() - t0
+    blob = b"".join(parts)
+    lines = blob.split(b"\n")
+    t1 = time.perf_counter()
+    rows = 0
+    for i in range(0, len(lines), 10_000):
+        piece = b"\n".join(lines[i : i + 10_000])
+        if piece.strip():
+            rows += pacsv.read_csv(
+                pa.py_buffer(piece), read_options=pacsv.ReadOptions(autogenerate_column_names=True)
+            ).num_rows
+    parse_s = time.perf_counter() - t1
+    return {"raw_copy_seconds": round(copy_s, 2), "raw_copy_rows_per_second": round(rows / copy_s),
+            "csv_parse_seconds": round(parse_s, 2), "csv_parse_rows_per_second": round(rows / parse_s)}  # fmt: skip
+
+
+def _equality_deletes(catalog_db: Path) -> int:
+    """Equality-delete rows added over the table's history (snapshot summaries kept)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{catalog_db}?mode=ro", uri=True, timeout=1) as db:
+        row = db.execute(
+            "SELECT metadata_location FROM iceberg_tables WHERE table_name = 'big'"
+        ).fetchone()
+    meta = json.loads(Path(str(row[0]).removeprefix("file://")).read_text())
+    snaps = meta.get("snapshots", [])
+    return sum(int(s.get("summary", {}).get("added-equality-deletes", 0)) for s in snaps)
+
+
 def _committed_rows(catalog_db: Path) -> int:
     """Rows in the Iceberg table's data files, from its current snapshot's summary (no data
     read; rows a resumed chunk re-copies are counted until maintenance removes them): when
@@ -135,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
         with PrivatePostgres(pg_dir) as pg:
             result["setup_seconds"] = round(_setup(pg.dsn, args.rows), 1)
             print(f"set-up: {args.rows:,} rows in {result['setup_seconds']} s", flush=True)
+            result["raw"] = _raw_copy(pg.dsn)
+            print(f"raw COPY / CSV parse: {result['raw']}", flush=True)
             config = base / "replicator.yaml"
             config.write_text(yaml.safe_dump({
                 "source": {"type": "postgres", "dsn": pg.dsn, "tables": ["public.big"]},
@@ -151,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                 [sys.executable, "-m", "replicator.cli.main", "diff", "--config", str(config), "--json"],
                 cwd=ROOT, capture_output=True, text=True, check=False,
             )  # fmt: skip
+            result["equality_deletes"] = _equality_deletes(base / "catalog.db")
             with psycopg.connect(pg.dsn) as conn:
                 source_rows = conn.execute("SELECT count(*) FROM big").fetchone()[0]
         report = json.loads(diff.stdout) if diff.stdout.strip() else {}
@@ -160,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         result.update({
             "run1": first, "run2": second, "source_rows": source_rows,
             "iceberg_rows": table.get("iceberg_rows"),
+            "rows_per_second_run1": round(first["rows_after"] / first["seconds"]),
             "rows_per_second_run2": round(copied_in_run2 / second["seconds"]),
             "rows_per_second_both_runs": round(args.rows / total),
             "diff_exit_code": diff.returncode,

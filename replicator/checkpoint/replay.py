@@ -7,6 +7,9 @@ One idea, stated once. A row already in Iceberg can come again when
   snapshot in a fresh transaction): ``ReplayWindow.snapshot_rows``;
 * the stream overlaps a snapshot that is newer than the stream's resume point: every insert
   at or before ``ReplayWindow.changes_until`` may repeat a row the snapshot already copied;
+* ... except the snapshot rows a source knows were never handed out before (a resumed
+  snapshot past its durable read frontier): ``ReplayWindow.plain_reads``, reads after its
+  first and up to its second position are plain inserts;
 * the input is delivered at least once (Kafka / Debezium files re-delivered after a
   restart): every insert may repeat, ``ReplayWindow.all_changes``.
 
@@ -32,6 +35,7 @@ class ReplayWindow:
     snapshot_rows: bool = True
     changes_until: SourcePosition | None = None
     all_changes: bool = False
+    plain_reads: tuple[SourcePosition, SourcePosition] | None = None  # (after, up to)
 
 
 EXACT = ReplayWindow(snapshot_rows=False)  # a snapshot exported at exactly the stream start
@@ -62,11 +66,19 @@ def plan_batch(
     ]
     bound = max(bounds) if bounds else None
     upsert_creates = window.all_changes or (bound is not None and first <= bound)
+    plain = window.plain_reads
+    # The whole batch inside the range: a batch that also holds other reads upserts them all.
+    plain_reads = (
+        plain is not None
+        and plain[0].source == first.source
+        and plain[0] < first
+        and end <= plain[1]
+    )
     return BatchPlan(
         policy=MappingPolicy(
             target_file_bytes=target_file_bytes,
             upsert_creates=upsert_creates,
-            upsert_reads=window.snapshot_rows,
+            upsert_reads=window.snapshot_rows and not plain_reads,
         ),
         # Record the bound while commits are still inside the overlap.
         overlap_until=bound if bound is not None and end <= bound else None,

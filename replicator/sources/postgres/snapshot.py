@@ -30,6 +30,9 @@ at (table, key > last key) instead of starting over; new rows get seqs above eve
 one, so none is skipped as "already committed". The key is ``TableInfo.key_columns`` (the
 replica identity index when set, else the primary key): the one the stream keys on. Without a state
 directory, an interrupted snapshot is redone in full (see ``PostgresSource`` for the rule).
+Before a chunk's first row is handed out, the state also records it (the durable read
+frontier, ``frontier.py``): a resumed snapshot re-reads as upserts only the keys up to the
+chunk of each table's last committed row, the rest as plain inserts.
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ class SnapshotState(JsonStateFile):
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
     source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
+    # The durable read frontier (``frontier.py``): per table, the text key of the last row
+    # handed out as a plain insert (None: keyless); tables whose every row may repeat. None:
+    # a file written before the frontier was kept (every re-read row may repeat).
+    read_frontier: dict[str, list[str | None] | None] | None = None
+    repeats_all: list[str] = field(default_factory=list)
+    read_chunks: list[list[Any]] = field(default_factory=list)  # see ``frontier.py``
 
 
 @dataclass
@@ -99,6 +108,7 @@ class Chunk:
     block: RowBlock | None = None
     count: int = -1  # rows in the chunk (-1: len(rows))
     big_rows: list[tuple[int, tuple[str | None, ...], int]] | None = None  # (row, text key, size)
+    repeats: bool = False  # its rows may already be in the table (``frontier.py``)
 
     def __len__(self) -> int:
         return self.count if self.count >= 0 else len(self.rows)
@@ -120,6 +130,9 @@ class SnapshotReader:
     # (``copy_chunks``), any other table through the server-side cursor.
     layouts: dict[str, CopyLayout] = field(default_factory=dict)
     big_row_chars: int = 1 << 62  # rows at least this big (approximately) are reported
+    # Rows a resumed snapshot may have handed out before (``frontier.py``): table -> key up
+    # to which its rows may repeat, None for all of them; a table not named: none repeat.
+    repeats: dict[str, tuple[str | None, ...] | None] = field(default_factory=dict)
 
     def begin(self, snapshot_name: str | None) -> int | None:
         """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
@@ -149,7 +162,9 @@ class SnapshotReader:
         and a table resumed after ``last_key`` by the plan of the rest (a resumed snapshot's
         progress counts what this run reads, so its total must be what is left)."""
         tables = self.tables[self.table_index :]
-        resumed = tables[0] if tables and self.last_key is not None and tables[0].key_columns else None
+        resumed = (
+            tables[0] if tables and self.last_key is not None and tables[0].key_columns else None
+        )
         oids = [t.oid for t in tables if t is not resumed]
         # A partitioned table's rows are its leaf partitions' (the root has no storage).
         total = self.conn.execute(
@@ -220,6 +235,7 @@ class SnapshotReader:
                     if not rows:
                         break
                     chunk = Chunk(t, self.table_index, names, rows, key_idx, self.next_seq)
+                    chunk.repeats = t.qualified in self.repeats  # row by row: no split
                     self.next_seq += len(rows)
                     if key_cols:
                         self.last_key = tuple(rows[-1][i] for i in key_idx)
@@ -244,19 +260,28 @@ class SnapshotReader:
         The next chunk's COPY runs on a helper thread while this chunk's rows are handed out
         (the server's part of a chunk costs about as much as the engine's): it starts once
         this chunk is parsed (its query needs the chunk's last key) and is the connection's
-        only user until it ends; stopping early waits for it (the pool's exit)."""
+        only user until it ends; stopping early waits for it (the pool's exit).
+
+        A table with a read frontier ``upto`` (``self.repeats``) is read in two parts: keys up
+        to it (rows that may repeat), then keys past it (plain inserts); the server compares
+        the keys, in the key's own order (collations included)."""
         key_cols = t.key_columns
         q = quote_ident
         select = ", ".join([
             *(q(n) for n in names), *(f"{q(k)} AS {q(KEY_TEXT_PREFIX + k)}" for k in key_cols)
         ])  # fmt: skip
         order = ", ".join(q(k) for k in key_cols)
+        upto = self.repeats.get(t.qualified)
+        repeating = t.qualified in self.repeats
+
+        def lits(key: Sequence[str | None]) -> str:
+            return ", ".join(pgsql.Literal(v).as_string(self.conn) for v in key)
 
         def query() -> str:
-            where = ""
-            if self.last_key is not None:
-                lits = ", ".join(pgsql.Literal(v).as_string(self.conn) for v in self.last_key)
-                where = f" WHERE ({order}) > ({lits})"
+            conds = [] if self.last_key is None else [f"({order}) > ({lits(self.last_key)})"]
+            if upto is not None:
+                conds.append(f"({order}) {'<=' if repeating else '>'} ({lits(upto)})")
+            where = " WHERE " + " AND ".join(conds) if conds else ""
             return (
                 f"COPY (SELECT {select} FROM {only}{t.sql}{where} ORDER BY {order} "
                 f"LIMIT {int(self.chunk_rows)}) TO STDOUT (FORMAT csv)"
@@ -266,17 +291,25 @@ class SnapshotReader:
             pending = pool.submit(copy_out, self.conn, query())
             while True:
                 data = pending.result()
-                if not data:
+                if not data and not (repeating and upto is not None):
                     return
+                if not data:  # nothing (more) up to the frontier: the keys past it
+                    repeating = False
+                    pending = pool.submit(copy_out, self.conn, query())
+                    continue
                 chunk = self._copy_chunk(t, layout, names, key_idx, data)
+                chunk.repeats = repeating
                 n = len(chunk)
-                if n >= self.chunk_rows:  # maybe more: read the next chunk meanwhile
+                more = n >= self.chunk_rows or (repeating and upto is not None)
+                if n < self.chunk_rows:
+                    repeating = False
+                if more:  # read the next chunk meanwhile
                     pending = pool.submit(copy_out, self.conn, query())
                 self.next_seq += n
                 chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
                 self.boundaries.append(chunk.boundary)
                 yield chunk
-                if n < self.chunk_rows:
+                if not more:
                     return
 
     def _copy_chunk(

@@ -32,6 +32,14 @@ from replicator.sources.postgres.changes import (
     make_event,
 )
 from replicator.sources.postgres.copy_chunks import copy_layout
+from replicator.sources.postgres.frontier import (
+    carried_chunks,
+    carried_frontier,
+    plain_reads_after,
+    record_read,
+    resumed_repeats,
+    whole_tables_unless_copied,
+)
 from replicator.sources.postgres.snapshot import Chunk, SnapshotReader, SnapshotState, table_columns
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import ValueConversionError
@@ -72,6 +80,7 @@ class PgSnapshotPhase:
         snapshot_name: str | None,
         last_key: list[str | None] | None,
         next_seq: int,
+        resumed: SnapshotState | None = None,
     ) -> None:
         assert self._text_conn is not None and self._conn is not None and self._asm is not None
         self._snap_lsn = snap_lsn = self._confirmed - 1
@@ -87,6 +96,9 @@ class PgSnapshotPhase:
             # ``SnapshotReader.begin``; safe under synchronous_commit = off).
             until = SourcePosition(source="postgres", parts=(bound, 2**62))
             self.replay = ReplayWindow(snapshot_rows=True, changes_until=until)
+            names, done = [t.qualified for t in order], self._asm.committed
+            reader.repeats = resumed_repeats(resumed, names, snap_lsn, done)
+            self.replay = plain_reads_after(self.replay, snap_lsn, next_seq - 1)
         else:
             self.replay = EXACT  # exported by the slot: exactly its start point
         self._snap = reader
@@ -100,9 +112,12 @@ class PgSnapshotPhase:
             if layout is not None and t.key_columns:
                 reader.layouts[t.qualified] = layout
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
+        reader.repeats = whole_tables_unless_copied(reader.repeats, reader.layouts)
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,
-            source_id=self.source_id,
+            source_id=self.source_id, read_frontier=carried_frontier(resumed, snap_lsn),
+            read_chunks=carried_chunks(resumed, snap_lsn, next_seq),
+            repeats_all=sorted(t for t, k in reader.repeats.items() if k is None),
         )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)
@@ -120,6 +135,8 @@ class PgSnapshotPhase:
                 self._end_snapshot()
                 return
             chunk, start, stop = got
+            if start == 0:
+                self._take_chunk(chunk)
             n += stop - start
             if chunk.block is not None:
                 yield from self._block_events(chunk, start, stop)
@@ -132,6 +149,18 @@ class PgSnapshotPhase:
                     self._asm.last_out = (self._snap_lsn, seq)
                     self._snap_last_seq = seq
                     yield ev
+
+    def _take_chunk(self, chunk: Chunk) -> None:
+        """Before a chunk's first row leaves: its rows' policy and the durable frontier."""
+        assert self._snap_lsn is not None and chunk.boundary is not None
+        with self._lock:
+            if chunk.repeats:
+                self.replay = plain_reads_after(self.replay, self._snap_lsn, chunk.boundary.seq)
+            st = self._snap_state
+            bound = self._snap.repeats.get(chunk.table.qualified) if self._snap is not None else None
+            if st is not None and not st.complete and self.state_path and \
+                    record_read(st, chunk, bound, self._snap_acked_seq):
+                st.save(self.state_path)
 
     def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
         """Rows ``start:stop`` of a chunk read as Arrow: events whose ``after`` is a view

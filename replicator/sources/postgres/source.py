@@ -256,7 +256,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         plan = self._start_incremental(plan, state, committed)
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
-            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq)
+            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq, state)
 
     def _start_streamed(self, server_version: int) -> None:
         self._streamed = None

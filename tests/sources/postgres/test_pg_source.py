@@ -311,3 +311,79 @@ def test_toast_from_full_old_image(sql: Sql, make_source: Make) -> None:
     assert e.after == {"id": 1, "n": 1, "body": "xyz" * 2000}
     assert e.before == {"id": 1, "n": 0, "body": "xyz" * 2000}
     assert src.stats.toast_from_old_image == 1 and src.stats.toast_fetched == 0
+
+
+@pytest.mark.integration
+def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
+    sql: Sql, make_source: Make, tmp_path: Path
+) -> None:
+    """Rows that may be in the table (up to the chunk of its last committed row, past the
+    last acknowledged boundary) come again as upserts; the rows past it are plain inserts;
+    a second interruption that committed nothing narrows nothing and widens nothing."""
+    from replicator.checkpoint import plan_batch
+
+    sql(
+        "CREATE TABLE marker (n int PRIMARY KEY);"
+        "CREATE TABLE t (id int PRIMARY KEY, v text);"
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g"
+    )
+    state = tmp_path / "state"
+    path = state / "postgres-replicator.snapshot.json"
+    first = make_source(snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state)
+    first.start(Checkpoints.at({}))
+    part = [e for e in list(first.poll()) if e.table == "public.t"]
+    first.acknowledge(part[-1].position)  # 1..25 committed; chunk 21..30 was handed out
+    first.close()
+    assert json.loads(path.read_text())["read_frontier"] == {"public.t": ["30"]}
+
+    sql(
+        "DELETE FROM t WHERE id = 27; INSERT INTO t VALUES (29, 'x') ON CONFLICT (id) DO UPDATE SET v = 'x'"
+    )
+    second = make_source(snapshot_chunk_rows=10, poll_max_messages=15, state_dir=state)
+    second.start(Checkpoints.at({e.table: e.position for e in part}))
+    got = [e for e in list(second.poll()) if e.table == "public.t"]
+    assert [e.after["id"] for e in got] == [
+        21,
+        22,
+        23,
+        24,
+        25,
+        26,
+        28,
+        29,
+        30,
+        31,
+        32,
+        33,
+        34,
+        35,
+        36,
+    ]
+
+    def upserts(events: list[ChangeEvent]) -> bool:
+        plan = plan_batch(events[0].position, events[-1].position, second.replay, Checkpoints(),
+                          target_file_bytes=1)  # fmt: skip
+        return plan.policy.upsert_reads
+
+    assert upserts(got[:9]) and upserts(got[5:12])  # 21..30 may be in the table
+    assert not upserts(got[9:])  # 31.. were never handed out: plain inserts
+    second.close()  # killed again, nothing acknowledged: chunk 31..40 was handed out
+    saved = json.loads(path.read_text())
+    assert saved["read_frontier"] == {"public.t": ["40"]} and saved["last_key"] == ["20"]
+
+    third = make_source(snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state)
+    third.start(Checkpoints.at({e.table: e.position for e in part}))
+    rest = [e for e in third.poll() if e.table == "public.t"]  # the rest, in one poll
+    ids = [e.after["id"] for e in rest]
+    assert ids == [i for i in range(21, 101) if i != 27]
+    # the table's checkpoint is still in run 1's chunk 21..30: the rows run 2 handed out past
+    # it (31..40) were never committed, so only 21..30 may repeat
+    k30 = ids.index(30)
+    plan = plan_batch(
+        rest[0].position, rest[k30].position, third.replay, Checkpoints(), target_file_bytes=1
+    )
+    assert plan.policy.upsert_reads
+    plan = plan_batch(
+        rest[k30 + 1].position, rest[-1].position, third.replay, Checkpoints(), target_file_bytes=1
+    )
+    assert not plan.policy.upsert_reads
