@@ -56,6 +56,12 @@ class Batcher:
         return self._count + self.spilled
 
     @property
+    def held(self) -> int:
+        """Events held in memory for the pending batch (not those handed to ``spill``): the
+        source reader reads ahead of these (``pipeline.reader``); read from its thread."""
+        return self._count
+
+    @property
     def at_boundary(self) -> bool:
         last = self._last
         return last is not None and (last.tx_id is None or last.last_in_tx)

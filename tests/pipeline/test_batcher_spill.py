@@ -88,3 +88,16 @@ def test_age_alone_never_spills() -> None:
     now[0] = 5.0
     assert b.add(ev(2, "a", False)) is None and not spill.spills
     assert b.add(ev(3, "a", True)) is not None
+
+
+def test_held_counts_the_events_in_memory_until_a_spill_or_a_close_releases_them() -> None:
+    """What the source reader reads ahead of (``pipeline.reader``): the events a spill is
+    staging still count while it stages them; a closed batch does not."""
+    seen: list[int] = []
+    b = Batcher(BatchConfig(max_events=3), spill=lambda events: seen.append(b.held))
+    held = []
+    for i in range(1, 8):
+        b.add(ev(i, "a", i == 7))
+        held.append(b.held)
+    assert seen == [3, 3]  # each spill ran while its 3 events were still held
+    assert held == [1, 2, 0, 1, 2, 0, 0]  # released after each spill; the batch closed at 7
