@@ -180,3 +180,33 @@ class MemTrace:
                                            "count_diff": stat.count_diff, "at": frames}) + "\n")  # fmt: skip
         self.out.close()
         self.lock.release()
+
+
+def summary(path: Path, every: int = 10) -> str:
+    """The peak and every ``every``-th chunk of a trace, one line each (MiB)."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    rows = [r for r in rows if r.get("event") != "growth"]
+    mib = 1 << 20
+
+    def line(r: dict[str, Any]) -> str:
+        other = (r["anon"] - r.get("heap", 0) - r.get("mmapped", 0)) / mib
+        return (f"{r['event']:5} t={r['t']:7.1f}s chunks={r['chunks']:4} rss={r['rss'] / mib:6.1f}"
+                f" python_blocks={r['py_blocks'] // 1000:5}k python_arenas={r.get('arenas', '-')!s:>4} python_bytes={r.get('py_bytes', 0) / mib:6.1f}"
+                f" glibc_heap={r.get('heap', 0) / mib:5.1f} arrow={r['arrow'] / mib:5.1f}"
+                f" anon_outside_glibc={other:6.1f} queued_items={r.get('queued', '-')}")  # fmt: skip
+
+    peak = max(rows, key=lambda r: r["rss"])
+    out = [f"peak RSS {peak['rss'] / mib:.1f} MiB at t={peak['t']}s after chunk {peak['chunks']}:", line(peak)]
+    out += [line(r) for r in rows if r["event"] in ("spill", "end") and (r["chunks"] % every == 0 or r["chunks"] < 3
+            or r["event"] == "end")]  # fmt: skip
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(f"== {name}")
+        print(summary(Path(name)))
