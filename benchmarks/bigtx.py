@@ -43,19 +43,30 @@ UPDATE = "UPDATE {t} SET a = a + 1"
 FILL_STEP = 1_000_000
 
 
-def _child(config: str, rss_out: str, until_idle: bool) -> None:
-    """The measured engine: one ``run`` in this process, then its peak RSS."""
+def _child(config: str, rss_out: str, until_idle: bool, trace_out: str | None = None) -> None:
+    """The measured engine: one ``run`` in this process, then its peak RSS. ``trace_out``:
+    also write a memory trace there (``benchmarks.memtrace``)."""
     from replicator.cli.main import main
 
+    trace = None
+    if trace_out:
+        from benchmarks.memtrace import MemTrace
+
+        trace = MemTrace(trace_out)
+        trace.install()
     t0 = time.perf_counter()
-    rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])])
+    try:
+        rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])])
+    finally:
+        if trace is not None:
+            trace.finish()
     seconds = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     Path(rss_out).write_text(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kib": peak_kib}))
     sys.exit(rc)
 
 
-def _engine(config: Path, out: Path, *, until_rows: int | None = None) -> dict[str, Any]:
+def _engine(config: Path, out: Path, *, until_rows: int | None = None, trace: bool = False) -> dict[str, Any]:
     """One engine process. ``until_rows``: run until the table holds that many rows, then
     stop it with SIGTERM (a clean stop), since ``--until-idle`` may take the keepalives the
     server sends while it decodes a huge transaction for "idle" (issue 23 item 1)."""
@@ -63,6 +74,8 @@ def _engine(config: Path, out: Path, *, until_rows: int | None = None) -> dict[s
     cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss)]
     if until_rows is None:
         cmd.append("--child-until-idle")
+    if trace:
+        cmd += ["--trace-out", str(out.with_suffix(".trace.jsonl"))]
     with out.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         if until_rows is not None:
@@ -118,7 +131,7 @@ def _config(base: Path, source: dict[str, Any]) -> Path:
     return config
 
 
-def _pg_size(pg: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
+def _pg_size(pg: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str, Any]:
     import psycopg
 
     db = pg.create_database(f"bigtx{size}")
@@ -138,7 +151,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
         else:
             conn.execute(PG_INSERT.format(t=table, lo=1, hi=size).encode())
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size + 1)
+    measured = _engine(config, work / "run.log", until_rows=size + 1, trace=trace)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -147,7 +160,7 @@ def _fill_pg(conn: Any, table: str, size: int) -> None:
         conn.execute(PG_INSERT.format(t=table, lo=lo, hi=min(lo + FILL_STEP - 1, size)).encode())
 
 
-def _my_size(my: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
+def _my_size(my: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str, Any]:
     db = f"bigtx{size}"
     table = f"{db}.big"
     with my.connect() as conn, conn.cursor() as cur:
@@ -168,7 +181,7 @@ def _my_size(my: Any, size: int, kind: str, work: Path) -> dict[str, Any]:
         else:
             cur.execute(MY_INSERT.format(t=table, lo=1, hi=size))
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size + 1)
+    measured = _engine(config, work / "run.log", until_rows=size + 1, trace=trace)
     return {**measured, "write_seconds": round(write_seconds, 1)}
 
 
@@ -178,12 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="100000,2000000", help="changes per transaction, comma-separated")
     ap.add_argument("--kind", choices=("insert", "update"), default="insert")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bigtx")
+    ap.add_argument("--trace", action="store_true",
+                    help="also trace the engine's memory per chunk (benchmarks.memtrace; "
+                    "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl")
+    ap.add_argument("--trace-out", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
     ap.add_argument("--child-until-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _child(args.child, args.rss_out, args.child_until_idle)
+        _child(args.child, args.rss_out, args.child_until_idle, args.trace_out)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -197,12 +214,14 @@ def main(argv: list[str] | None = None) -> None:
             for size in sizes:
                 work = Path(tempfile.mkdtemp(prefix=f"rp-bigtx-{size}-"))
                 try:
-                    run = (_pg_size if args.source == "postgres" else _my_size)(server, size, args.kind, work)
+                    run = (_pg_size if args.source == "postgres" else _my_size)(server, size, args.kind, work, args.trace)
                     run.update(changes=size, committed_rows=_committed_rows(work),
                                maxrss_mib=round(run["maxrss_kib"] / 1024, 1))  # fmt: skip
                 finally:
                     if (work / "run.log").exists():  # the engine's log, for the report
                         shutil.copy(work / "run.log", args.out / f"{args.source}-{size}.log")
+                    if (work / "run.trace.jsonl").exists():
+                        shutil.copy(work / "run.trace.jsonl", args.out / f"{args.source}-{size}.trace.jsonl")
                     shutil.rmtree(work, ignore_errors=True)
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)

@@ -11,6 +11,12 @@ handed to ``spill`` (staged to files, ``pipeline.spill``) and released. Its batc
 the transaction's end as the spilled chunks plus the events still in memory, so the batcher
 never holds much more than ``max_events`` events, and the spilled chunks always belong to
 exactly one transaction (the pending one).
+
+After its first chunk, the open transaction is spilled every half batch
+(``LATER_CHUNK_SHARE``): the first chunk's staging sets the driver's high-water mark of
+allocator arenas (Python's, Arrow's), and smaller later chunks fit inside it instead of
+fragmenting new ones, so the driver's peak does not creep up chunk after chunk (measured:
++0.4 MiB per 100k-change chunk late in a 5M-change transaction, issue 23).
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from replicator.events.model import ChangeBatch, ChangeEvent, SourcePosition
 # Stage these events (one table -> its events, in order) out of memory; they stay part of
 # the pending batch.
 Spill = Callable[[Mapping[str, Sequence[ChangeEvent]]], None]
+
+
+# Later chunks of a spilled transaction hold this share of the batch limits (see above).
+LATER_CHUNK_SHARE = 2
 
 
 def _approx_bytes(ev: ChangeEvent) -> int:
@@ -56,6 +66,12 @@ class Batcher:
         return self._count + self.spilled
 
     @property
+    def held(self) -> int:
+        """Events held in memory for the pending batch (not those handed to ``spill``): the
+        source reader reads ahead of these (``pipeline.reader``); read from its thread."""
+        return self._count
+
+    @property
     def at_boundary(self) -> bool:
         last = self._last
         return last is not None and (last.tx_id is None or last.last_in_tx)
@@ -81,7 +97,7 @@ class Batcher:
             if self._full():
                 return self._close()
             return None
-        if self.spill is not None and self._over_size():
+        if self.spill is not None and (self._over_size() or self._later_chunk_full()):
             if self._boundary is not None:
                 return self._close_complete()
             self._spill()
@@ -95,6 +111,13 @@ class Batcher:
 
     def _over_size(self) -> bool:
         return self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes
+
+    def _later_chunk_full(self) -> bool:
+        """A spilled transaction's next chunk is due (every half batch after its first)."""
+        limits, share = self.limits, LATER_CHUNK_SHARE
+        return bool(self.spilled) and (
+            self._count >= limits.max_events // share or self._bytes >= limits.max_bytes // share
+        )
 
     def _full(self) -> bool:
         if self.spilled or self._over_size():

@@ -295,7 +295,7 @@ class Replicator:
         batcher = self.batcher = Batcher(self.cfg.batch, spill=self.spiller)
         reader = self._reader = SourceReader(
             self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
-            keepalive_seconds=self.source.keepalive_seconds, transform=self.columns,
+            keepalive_seconds=self.source.keepalive_seconds, transform=self.columns, held=lambda: batcher.held,
         )  # fmt: skip
         reader.start()
         try:

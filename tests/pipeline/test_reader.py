@@ -11,7 +11,14 @@ from replicator.checkpoint import Checkpoints
 from replicator.errors import SchemaChangeError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.pipeline.reader import CHUNK_EVENTS, Events, Failed, Idle, SourceReader
+from replicator.pipeline.reader import (
+    CHUNK_EVENTS,
+    READ_AHEAD_SHARE,
+    Events,
+    Failed,
+    Idle,
+    SourceReader,
+)
 from replicator.sources.base import ChangeSource
 
 
@@ -134,3 +141,46 @@ def test_events_waiting_until_the_run_loop_takes_them() -> None:
         assert not reader.events_waiting()
     finally:
         reader.stop()
+
+
+def test_read_ahead_counts_the_events_the_run_loop_holds() -> None:
+    """Issue 23: while the batcher holds a batch's worth of one open transaction (its chunk
+    being staged), the reader queues at most a quarter batch more, not a full batch more
+    (the driver's peak RSS grew 11% at 5M-20M changes from that); then reads on in order."""
+    max_events = 8 * CHUNK_EVENTS
+    src = Scripted([list(range(40 * CHUNK_EVENTS))])
+    release = threading.Event()
+    asked = 0
+
+    def held() -> int:
+        nonlocal asked
+        asked += 1
+        return 0 if release.is_set() else max_events
+
+    reader = SourceReader(src, max_events=max_events, keepalive_seconds=0.05, held=held)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while (asked < 5 or src.keepalives < 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert asked >= 5, "the reader never asked what the run loop holds"
+        assert src.keepalives >= 2  # the source is kept alive while the reader waits
+        queued = sum(len(it.events) for it in list(reader._queue.queue) if isinstance(it, Events))
+        assert queued == max_events // READ_AHEAD_SHARE  # not the queue's capacity (10 chunks)
+        release.set()
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    assert ids(items) == list(range(40 * CHUNK_EVENTS))
+
+
+def test_an_empty_queue_always_takes_a_chunk() -> None:
+    """Whatever the run loop holds, it is never left waiting on an empty queue."""
+    src = Scripted([list(range(3 * CHUNK_EVENTS))])
+    reader = SourceReader(src, max_events=CHUNK_EVENTS, idle_sleep=0.01, held=lambda: 10**9)
+    reader.start()
+    try:
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    assert ids(items) == list(range(3 * CHUNK_EVENTS))
