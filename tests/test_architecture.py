@@ -198,7 +198,6 @@ MAX_FUNCTION_LINES = 80
 OVERSIZED = {
     "replicator/iceberg/row_delta.py",  # module
     "replicator/pipeline/apply.py",  # module (position mode + v3 merged in: split next)
-    "replicator/maintenance/conversion.py:convert_equality_deletes",
 }
 
 

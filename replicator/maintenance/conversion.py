@@ -152,7 +152,6 @@ def convert_equality_deletes(
     started = time.perf_counter()
     crash("conversion-planned")
 
-    location = table.metadata_location
     io_properties = file_io_properties(table.io.properties)
     spec = WriterSpec(
         data_location=f"{table.location().rstrip('/')}/data",
@@ -162,34 +161,7 @@ def convert_equality_deletes(
         position_schema=position_delete_arrow_schema(),
         io_properties=io_properties,
     )
-    # The equality deletes' own row counts bound the positions (a key hits about one row):
-    # enough to size the output without a counting pass over the table.
-    expected = sum(f.record_count for f, _seq in plan.equality_deletes)
-    candidates = candidate_data_files(plan.equality_deletes, plan.data_files)
-    local = None
-    if sum(f.record_count for f, _seq in candidates) <= local_max_rows:
-        local = local_positions(table, plan.equality_deletes, candidates)
-    # A position delete belongs to the partition (and spec) of the data file it names.
-    homes = {f.file_path: (f.spec_id, partition_key(f)) for f, _seq in plan.data_files}
-    partitioned = len(set(homes.values())) > 1
-    if local is not None:
-        path = "arrow"
-        written = _write_local(local, spec, homes)
-    else:
-        path = "spark"
-        configure_spark(spark, location, io_properties)
-        positions = _positions(spark, table, plan)
-        if partitioned:
-            # Rows of the deletes' keys only: few enough to group here, by target partition.
-            rows_found = positions.collect()
-            found = pa.Table.from_pylist(
-                [{"file_path": r["file_path"], "pos": r["pos"]} for r in rows_found],
-                schema=pa.schema([("file_path", pa.string()), ("pos", pa.int64())]),
-            ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
-            written = _write_local(found, spec, homes)
-        else:  # every data file in one home: the one of them all (maybe not the default spec)
-            spec_id, key = next(iter(homes.values()), (None, ()))
-            written = [(p, n, spec_id, key) for p, n in _write(positions, spec, expected)]
+    path, candidates, written = _find_and_write(spark, table, plan, spec, local_max_rows)
     rows = sum(w[1] for w in written)
     positions_seconds = time.perf_counter() - started
     added = [
@@ -198,25 +170,7 @@ def convert_equality_deletes(
     ]
     crash("conversion-files-written")
 
-    # v3: the positions as deletion vectors; the files are not committed
-    vectors = position_files_as_vectors(table, [f.file_path for f in added]) if uses_vectors(table) else None
-    added = [] if vectors is not None else added
-    removed = [f for f, _seq in plan.equality_deletes]
-    summary = {
-        MAINTENANCE_SUMMARY_KEY: KIND,
-        f"{MAINTENANCE_SUMMARY_KEY}.equality-delete-files-removed": str(len(removed)),
-        f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added": str(len(added)),
-        f"{MAINTENANCE_SUMMARY_KEY}.positions": str(rows),
-        **({f"{MAINTENANCE_SUMMARY_KEY}.deletion-vectors": str(len(vectors))} if vectors is not None else {}),
-    }
-    commit_replace(
-        table,
-        expected_snapshot_id=plan.snapshot_id,
-        remove=removed,
-        add_deletes=added,
-        vectors=vectors,
-        summary=summary,
-    )
+    added, removed = _commit(table, plan, added, rows)
     crash("conversion-committed")
     head = table.current_snapshot()
     log.info(
@@ -239,6 +193,69 @@ def convert_equality_deletes(
         snapshot_id=head.snapshot_id if head is not None else None,
         path=path,
     )
+
+
+def _find_and_write(
+    spark: SparkSession, table: Table, plan: _Plan, spec: WriterSpec, local_max_rows: int
+) -> tuple[str, list[tuple[DataFile, int]], list[_Written]]:
+    """Find the rows the planned equality deletes hit and write their position deletes, per
+    home partition: (``arrow`` or ``spark``, the candidate data files, files written)."""
+    # The equality deletes' own row counts bound the positions (a key hits about one row):
+    # enough to size the output without a counting pass over the table.
+    expected = sum(f.record_count for f, _seq in plan.equality_deletes)
+    candidates = candidate_data_files(plan.equality_deletes, plan.data_files)
+    local = None
+    if sum(f.record_count for f, _seq in candidates) <= local_max_rows:
+        local = local_positions(table, plan.equality_deletes, candidates)
+    # A position delete belongs to the partition (and spec) of the data file it names.
+    homes = {f.file_path: (f.spec_id, partition_key(f)) for f, _seq in plan.data_files}
+    partitioned = len(set(homes.values())) > 1
+    if local is not None:
+        path = "arrow"
+        written = _write_local(local, spec, homes)
+    else:
+        path = "spark"
+        configure_spark(spark, table.metadata_location, spec.io_properties)
+        positions = _positions(spark, table, plan)
+        if partitioned:
+            # Rows of the deletes' keys only: few enough to group here, by target partition.
+            rows_found = positions.collect()
+            found = pa.Table.from_pylist(
+                [{"file_path": r["file_path"], "pos": r["pos"]} for r in rows_found],
+                schema=pa.schema([("file_path", pa.string()), ("pos", pa.int64())]),
+            ).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+            written = _write_local(found, spec, homes)
+        else:  # every data file in one home: the one of them all (maybe not the default spec)
+            spec_id, key = next(iter(homes.values()), (None, ()))
+            written = [(p, n, spec_id, key) for p, n in _write(positions, spec, expected)]
+    return path, candidates, written
+
+
+def _commit(
+    table: Table, plan: _Plan, added: list[DataFile], rows: int
+) -> tuple[list[DataFile], list[DataFile]]:
+    """One replace snapshot: the equality deletes out, the position deletes (v3: their
+    deletion vectors) in; returns (position-delete files committed, equality deletes removed)."""
+    # v3: the positions as deletion vectors; the files are not committed
+    vectors = position_files_as_vectors(table, [f.file_path for f in added]) if uses_vectors(table) else None
+    added = [] if vectors is not None else added
+    removed = [f for f, _seq in plan.equality_deletes]
+    summary = {
+        MAINTENANCE_SUMMARY_KEY: KIND,
+        f"{MAINTENANCE_SUMMARY_KEY}.equality-delete-files-removed": str(len(removed)),
+        f"{MAINTENANCE_SUMMARY_KEY}.position-delete-files-added": str(len(added)),
+        f"{MAINTENANCE_SUMMARY_KEY}.positions": str(rows),
+        **({f"{MAINTENANCE_SUMMARY_KEY}.deletion-vectors": str(len(vectors))} if vectors is not None else {}),
+    }
+    commit_replace(
+        table,
+        expected_snapshot_id=plan.snapshot_id,
+        remove=removed,
+        add_deletes=added,
+        vectors=vectors,
+        summary=summary,
+    )
+    return added, removed
 
 
 def _positions(spark: SparkSession, table: Table, plan: _Plan) -> DataFrame:
