@@ -196,7 +196,6 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # Today's known offenders, in areas being reworked elsewhere: shrink this list, never grow it.
 OVERSIZED = {
-    "replicator/iceberg/row_delta.py",  # module
     "replicator/pipeline/apply.py",  # module (position mode + v3 merged in: split next)
 }
 

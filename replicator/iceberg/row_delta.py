@@ -64,9 +64,7 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
-    ManifestWriterV2,
 )
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -79,13 +77,17 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.table.update import SetPropertiesUpdate, TableUpdate
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
-from pyiceberg.typedef import EMPTY_DICT, TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.sql_commit import apply_updates
+from replicator.iceberg.v2_manifest_writers import (
+    DataManifestWriter,
+    DeleteManifestWriter,
+    manifest_writer_class,
+)
 from replicator.retry import call_with_retries
 
 __all__ = [
@@ -111,11 +113,6 @@ UNSET: Final = _Unset.UNSET
 # Manifests of one content type listed by a snapshot before the small ones are merged (when the
 # table does not set commit.manifest.min-count-to-merge).
 MANIFESTS_PER_CONTENT_MAX = 16
-
-# Field ids of the manifest-entry schema (Iceberg spec, "Manifests").
-_DATA_FILE_FIELD_ID = 2
-_EQUALITY_IDS_FIELD_ID = 135
-_EQUALITY_IDS_ELEMENT_ID = 136
 
 _DELETE_CONTENTS = (DataFileContent.POSITION_DELETES, DataFileContent.EQUALITY_DELETES)
 
@@ -359,72 +356,6 @@ def check_properties(properties: dict[str, str]) -> None:
             raise ValueError(f"snapshot property {key!r} would shadow an Iceberg summary field")
 
 
-def _with_int_equality_ids(entry_schema: Schema) -> Schema:
-    """The manifest-entry schema with ``data_file.equality_ids`` as ``list<int>``.
-
-    pyiceberg 0.12 declares it ``list<long>`` (apache/iceberg-python#3840, fixed upstream by
-    #3842); Iceberg Java then fails on equality delete entries with "Long cannot be cast to
-    Integer" (BaseFile/ArrayUtil.toIntArray). Avro encodes int and long alike, so only the
-    declared schema changes, and pyiceberg still reads it (int promotes to long).
-    """
-
-    def fix(data_file_field: NestedField) -> NestedField:
-        if data_file_field.field_id != _EQUALITY_IDS_FIELD_ID:
-            return data_file_field
-        list_type = ListType(
-            element_id=_EQUALITY_IDS_ELEMENT_ID, element_type=IntegerType(), element_required=True
-        )
-        return data_file_field.model_copy(update={"field_type": list_type})
-
-    fields = []
-    for entry_field in entry_schema.fields:
-        if entry_field.field_id == _DATA_FILE_FIELD_ID and isinstance(
-            entry_field.field_type, StructType
-        ):
-            struct = StructType(*[fix(f) for f in entry_field.field_type.fields])
-            entry_field = entry_field.model_copy(update={"field_type": struct})
-        fields.append(entry_field)
-    return Schema(*fields, schema_id=entry_schema.schema_id)
-
-
-# (format version, partition type) -> manifest entry schema; one per partition layout in use.
-_ENTRY_SCHEMAS: dict[tuple[int, StructType], Schema] = {}
-_ENTRY_SCHEMAS_MAX = 256
-
-
-class _DataManifestWriter(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer with the spec's ``list<int>`` type for equality_ids."""
-
-    def _with_partition(self, format_version: TableVersion) -> Schema:
-        # Used for both the file schema and the record schema of the Avro writer, twice per
-        # manifest written; it depends only on the version and the partition type, and
-        # building it is a good part of a small commit's time.
-        key = (format_version, self._spec.partition_type(self._schema))
-        schema = _ENTRY_SCHEMAS.get(key)
-        if schema is None:
-            schema = _with_int_equality_ids(super()._with_partition(format_version))
-            if len(_ENTRY_SCHEMAS) < _ENTRY_SCHEMAS_MAX:
-                _ENTRY_SCHEMAS[key] = schema
-        return schema
-
-
-class _DeleteManifestWriter(_DataManifestWriter):
-    """A v2 manifest writer for delete files (manifest content DELETES)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        # Iceberg Java reads the "content" key of the manifest's Avro metadata.
-        return {**super()._meta, "content": "deletes"}
-
-
-def manifest_writer_class(content: ManifestContent) -> type[_DataManifestWriter]:
-    """Our v2 manifest writer for manifests of ``content``."""
-    return _DeleteManifestWriter if content == ManifestContent.DELETES else _DataManifestWriter
-
-
 class RowDeltaProducer(_MergeAppendFiles):
     """An append that also writes a DELETES manifest.
 
@@ -479,14 +410,14 @@ class RowDeltaProducer(_MergeAppendFiles):
         # A manifest holds files of ONE partition spec (it names the spec): one per spec used.
         for spec_id, files in _by_spec(self._added_data_files, metadata.default_spec_id).items():
             writer = (
-                self._new_writer(_DataManifestWriter, spec_id)
+                self._new_writer(DataManifestWriter, spec_id)
                 if v2
                 else self.new_manifest_writer(metadata.specs()[spec_id])
             )
             new_manifests.append(self._write_added(writer, files, self._data_sequence_number))
         # v2 only, checked by check_files
         for spec_id, files in _by_spec(self._added_delete_files, metadata.default_spec_id).items():
-            writer = self._new_writer(_DeleteManifestWriter, spec_id)
+            writer = self._new_writer(DeleteManifestWriter, spec_id)
             new_manifests.append(self._write_added(writer, files))
         if self._remove_all:
             return self._process_manifests(new_manifests + self._write_removed_all())
@@ -579,7 +510,7 @@ class RowDeltaProducer(_MergeAppendFiles):
         return writer.to_manifest_file()
 
     def _new_writer(
-        self, writer_class: type[_DataManifestWriter], spec_id: int | None = None
+        self, writer_class: type[DataManifestWriter], spec_id: int | None = None
     ) -> ManifestWriter:
         metadata = self._transaction.table_metadata
         return writer_class(
