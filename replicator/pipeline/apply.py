@@ -481,7 +481,7 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
         head = state.table.metadata.snapshot_by_name(target_branch(state.table))
         assert head is not None
         env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
-                              positions, truncate=action.truncate)  # fmt: skip
+                              positions, truncate=action.truncate, vectors=action.files.vectors)  # fmt: skip
     return CommitAnswer.OK
 
 
