@@ -17,7 +17,6 @@ import psycopg
 import pytest
 import yaml
 
-from replicator.iceberg.dv_commit import live_deletion_vectors
 from replicator.iceberg.tables import iceberg_table_name, open_catalog
 from replicator.pipeline.crashpoints import ENV, EXIT_CODE
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
@@ -89,9 +88,9 @@ def _scenario(tmp_path: Path, pg_db: str, n: int, mode: str = "equality", format
     if mode == "position":
         t = open_catalog(load(cfg).iceberg).load_table(iceberg_table_name(load(cfg).iceberg, "public.t"))
         assert equality_deletes_in_history(t) == []
-        if format_version == 3:  # every row delete is a deletion vector
-            assert t.format_version == 3 and live_deletion_vectors(t)
-            no_position_delete_parquet(t.metadata_location)
+        if format_version == 3:  # every row delete of the history is a deletion vector
+            # (maintenance may since have compacted them away from the current snapshot)
+            assert t.format_version == 3 and no_position_delete_parquet(t.metadata_location)
 
 
 @pytest.mark.parametrize(
