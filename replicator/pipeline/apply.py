@@ -15,7 +15,6 @@ machine; this module is its driver's ports: reading and committing the table
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import shutil
@@ -28,7 +27,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFileContent
 
 from ops_mapping import MappingPolicy
 from replicator.checkpoint import (
@@ -63,16 +62,9 @@ from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.branches import target_branch
-from replicator.iceberg.files import (
-    data_file_from_parquet,
-    equality_delete_arrow_schema,
-    equality_delete_file_from_parquet,
-    position_delete_arrow_schema,
-    position_delete_file_from_parquet,
-)
-from replicator.iceberg.partitions import global_spec_id, sort_columns
-from replicator.iceberg.roaring import Positions as VectorPositions
-from replicator.iceberg.table_commit import commit_batch, position_files_as_vectors, uses_vectors
+from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+from replicator.iceberg.partitions import sort_columns
+from replicator.iceberg.table_commit import commit_batch
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.chunks import (
     UNFILLABLE_IN_CHUNKS,
@@ -91,13 +83,9 @@ from replicator.pipeline.staging import (
     stage_events,
     with_held_keys,
 )
+from replicator.pipeline.written import Written, describe, discard
 from replicator.retry import call_with_retries
-from replicator.storage.file_writer import (
-    CONTENT_DATA,
-    CONTENT_EQUALITY_DELETES,
-    CONTENT_POSITION_DELETES,
-    WriterSpec,
-)
+from replicator.storage.file_writer import WriterSpec
 from replicator.storage.fileio import delete_file, file_io_properties, open_output
 from replicator.storage.partitioning import partition_plan
 from spark.apply_stage import (
@@ -182,19 +170,6 @@ class BatchCommit:
         )
 
 
-@dataclass
-class _Written:
-    data: list[DataFile] = field(default_factory=list)
-    deletes: list[DataFile] = field(default_factory=list)
-    # format v3: the positions the batch deletes, per data file (written at commit time as
-    # deletion vectors, merged with each file's live one)
-    vectors: dict[str, VectorPositions] = field(default_factory=dict)
-
-    @property
-    def paths(self) -> list[str]:
-        return [f.file_path for f in [*self.data, *self.deletes]]
-
-
 def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
     """All columns any event of the batch carries, in first-seen order (a column added
     mid-batch joins at the end; the latest type of a column wins)."""
@@ -233,7 +208,7 @@ class _TablePart:
     events: Sequence[ChangeEvent]
     totals: TableTotals
     staged: StagedBatch | None = None
-    written: _Written | None = None
+    written: Written | None = None
     counted: bool = False
     truncate: bool = False  # the batch truncates the table: its commit removes every file
     spilled: SpilledTable | None = None  # the part of a large transaction staged in chunks
@@ -245,7 +220,7 @@ class _TablePart:
     positions: Positions | None = None
 
 
-_Run = tuple[TableCommit[_TablePart, _Written], Action[_TablePart, _Written]]
+_Run = tuple[TableCommit[_TablePart, Written], Action[_TablePart, Written]]
 
 
 def apply_batch(
@@ -282,7 +257,7 @@ def apply_batch(
             continue
         port = _TablePort(env, _TablePart(state, table_events, totals(table), spilled=spill,
                                           policy=batch.plan.policy))  # fmt: skip
-        commit: TableCommit[_TablePart, _Written] = TableCommit.plan(
+        commit: TableCommit[_TablePart, Written] = TableCommit.plan(
             state.source_table, table_events, mine,
             spilled=None if spill is None else SpilledRange(spill.first, spill.last, spill.truncate),
         )  # fmt: skip
@@ -411,11 +386,11 @@ class _TablePort:
             return StageRefused(exc)
         return Staged(self.part)
 
-    def commit(self, action: CommitFiles[_Written]) -> CommitAnswer:
+    def commit(self, action: CommitFiles[Written]) -> CommitAnswer:
         return _commit(self.env, self.part, action)
 
-    def discard(self, files: _Written) -> None:
-        _discard(self.part.state, files)
+    def discard(self, files: Written) -> None:
+        discard(self.part.state.table, files)
 
 
 @dataclass(frozen=True)
@@ -425,7 +400,7 @@ class _StageRunner:
     env: ApplyEnv
     batch: BatchCommit
 
-    def write(self, staged: Sequence[_TablePart]) -> list[_Written]:
+    def write(self, staged: Sequence[_TablePart]) -> list[Written]:
         parts = list(staged)
         _write(self.env, parts, self.batch)
         out = []
@@ -435,7 +410,7 @@ class _StageRunner:
         return out
 
 
-def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> CommitAnswer:
+def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[Written]) -> CommitAnswer:
     """One commit attempt: the files and the checkpoint as ONE row-delta snapshot, on the
     parent the files were built against. The machine decides what a refusal means."""
     state = part.state
@@ -481,11 +456,11 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[_Written]) -> C
         head = state.table.metadata.snapshot_by_name(target_branch(state.table))
         assert head is not None
         env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
-                              positions, truncate=action.truncate)  # fmt: skip
+                              positions, truncate=action.truncate, vectors=action.files.vectors)  # fmt: skip
     return CommitAnswer.OK
 
 
-def _settle(part: _TablePart, action: Action[_TablePart, _Written], batch: BatchCommit) -> Checkpoint:
+def _settle(part: _TablePart, action: Action[_TablePart, Written], batch: BatchCommit) -> Checkpoint:
     """The table's checkpoint after its final action (a failure is raised)."""
     if isinstance(action, Fail):
         raise action.error
@@ -510,7 +485,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
     todo = [p for p in parts if p.staged is not None and (p.staged.events or p.chunks)]
     for p in parts:
         if p.staged is not None and not p.staged.events and not p.chunks:
-            p.written = _Written()  # everything dead-lettered: commit the position alone
+            p.written = Written()  # everything dead-lettered: commit the position alone
     if not todo:
         return
     t0 = time.perf_counter()
@@ -573,43 +548,14 @@ def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict
         env.steps.files_written(time.perf_counter() - started, by="driver")
 
 
-def _describe(part: _TablePart, result: StageResult) -> _Written:
-    """Iceberg DataFiles for the files the stage wrote (footers only)."""
-    table = part.state.table
-    key_ids = list(table.schema().identifier_field_ids)
-    # The stage wrote with the default spec (``_stage_spec``, same table object); equality
-    # deletes go under the unpartitioned spec, which reaches every partition.
-    spec_id, global_id = table.metadata.default_spec_id, global_spec_id(table)
-    out = _Written()
+def _describe(part: _TablePart, result: StageResult) -> Written:
+    """The stage's files for the commit, counted in the table's totals."""
+    out = describe(part.state.table, result)
     totals = part.totals
-    vectors = uses_vectors(table)
-    for f in result.files:
-        if f.content == CONTENT_DATA:
-            out.data.append(data_file_from_parquet(table, f.path, file_size=f.size, spec_id=spec_id,
-                                                   partition=f.partition))  # fmt: skip
-            totals.rows_written += f.records
-        elif f.content == CONTENT_POSITION_DELETES and vectors:
-            totals.position_deletes += f.records  # as deletion vectors, below
-        elif f.content == CONTENT_POSITION_DELETES:
-            # A delete of an earlier batch's row goes to the spec of the file it names.
-            home = spec_id if f.spec_id is None else f.spec_id
-            out.deletes.append(position_delete_file_from_parquet(table, f.path, spec_id=home,
-                                                                 partition=f.partition))  # fmt: skip
-            totals.position_deletes += f.records
-        elif f.content == CONTENT_EQUALITY_DELETES:
-            out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids, spec_id=global_id))
-            totals.equality_deletes += f.records
-    if vectors:  # v3: the stage's position-delete files become vectors (never committed)
-        out.vectors = position_files_as_vectors(table, [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES])
+    totals.rows_written += out.rows_written
+    totals.position_deletes += out.position_deletes
+    totals.equality_deletes += out.equality_deletes
     return out
-
-
-def _discard(state: TableState, written: _Written) -> None:
-    """Delete files of an attempt the catalog did not take (never referenced)."""
-    io = state.table.io
-    for path in written.paths:
-        with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
-            io.delete(path)
 
 
 def _stage_spec(state: TableState, plan: BatchPlan, positions: Positions | None = None) -> StageSpec:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -177,15 +178,18 @@ class TableIndexes:
     def committed(
         self, state: TableState, parent: int | None, snapshot: int, data: Sequence[DataFile],
         deletes: Sequence[DataFile], positions: Positions | None, *, truncate: bool,
+        vectors: Mapping[str, npt.NDArray[np.uint64]] | None = None,
     ) -> None:  # fmt: skip
-        """Our batch committed ``snapshot`` on ``parent``: apply it to the index. A failure
-        here only costs a catch-up at the next batch (the index stays at ``parent``)."""
+        """Our batch committed ``snapshot`` on ``parent``: apply it to the index. ``vectors``
+        (format v3): the positions the commit deleted per data file, as deletion vectors (its
+        position-delete files are gone by now). A failure here only costs a catch-up at the
+        next batch (the index stays at ``parent``)."""
         held = self._held.get(state.identifier)
         if held is None or truncate or held.index.snapshot_id != parent:
             self.forget(state)  # caught up from the table before the next batch
             return
         try:
-            added, removed = self._batch_rows(state, data, deletes, positions)
+            added, removed = self._batch_rows(state, data, deletes, positions, vectors or {})
             held.index.apply_batch(parent, snapshot, added, removed)
             for f in data:
                 held.homes[f.file_path] = (f.spec_id, tuple(f.partition[i] for i in range(len(f.partition))))
@@ -249,20 +253,25 @@ class TableIndexes:
         return index, head
 
     def _batch_rows(
-        self, state: TableState, data: Sequence[DataFile], deletes: Sequence[DataFile], positions: Positions | None
-    ) -> tuple[list[FileRows], pa.Table | None]:
+        self, state: TableState, data: Sequence[DataFile], deletes: Sequence[DataFile], positions: Positions | None,
+        vectors: Mapping[str, npt.NDArray[np.uint64]],
+    ) -> tuple[list[FileRows], pa.Table | None]:  # fmt: skip
         """The batch's live rows per data file it wrote, and the keys whose earlier row it
-        deleted (from its position-delete files: those naming files it did not write)."""
+        deleted (from its position deletes, files or vectors: those naming files it did not
+        write)."""
         io = state.table.io
         ours = {f.file_path for f in data}
         in_batch: dict[str, list[np.ndarray]] = {}
         earlier: list[pa.Table] = []
+        deleted: list[pa.Table] = []
         for f in deletes:
             if f.content != DataFileContent.POSITION_DELETES:
                 raise StaleIndexError(f"{state.identifier}: an equality delete in position mode ({f.file_path})")
             with io.new_input(f.file_path).open() as stream:
-                rows = pq.read_table(stream, columns=["file_path", "pos"])
-            rows = rows.cast(pa.schema([("file_path", pa.string()), ("pos", pa.int64())]))
+                deleted.append(pq.read_table(stream, columns=["file_path", "pos"]).cast(_DELETED))
+        if vectors:
+            deleted.append(_vector_rows(vectors))
+        for rows in deleted:
             mine = pc.is_in(rows.column("file_path"), value_set=pa.array(sorted(ours), pa.string()))
             for path, group in _by_path(rows.filter(mine)):
                 in_batch.setdefault(path, []).append(group)
@@ -294,6 +303,16 @@ def _with_rows(keys: pa.Table, paths: Sequence[str], positions: Sequence[int] | 
     """``keys`` with where each one's row is (``BatchMapper``'s ``table_rows``)."""
     rows = keys.append_column(TABLE_ROW_PATH_COLUMN, pa.array(paths, pa.string()))
     return rows.append_column(TABLE_ROW_POS_COLUMN, pa.array(positions, pa.int64()))
+
+
+_DELETED = pa.schema([("file_path", pa.string()), ("pos", pa.int64())])
+
+
+def _vector_rows(vectors: Mapping[str, npt.NDArray[np.uint64]]) -> pa.Table:
+    """Deletion vectors' positions as position-delete rows (``file_path``, ``pos``)."""
+    paths = [p for p, v in vectors.items() for _ in range(len(v))]
+    pos = np.concatenate([v.astype(np.int64) for v in vectors.values()])
+    return pa.table([pa.array(paths, pa.string()), pa.array(pos, pa.int64())], schema=_DELETED)
 
 
 def _by_path(rows: pa.Table) -> list[tuple[str, np.ndarray]]:

@@ -4,7 +4,9 @@ of the table's history ever references an equality-delete file. A partitioned ta
 non-key column) takes inserts, updates and deletes across many batches, updates that move a
 row to another partition, a primary-key change, a row changed twice in one transaction;
 then a run in which another writer (our maintenance: compaction) moved the rows. Spark
-(Iceberg Java), DuckDB, pyiceberg and ``replicator diff`` read it equal to the source.
+(Iceberg Java), DuckDB, pyiceberg and ``replicator diff`` read it equal to the source. The
+same with ``format_version: 3``: every row delete is a deletion vector (no position-delete
+Parquet file in any snapshot) and the index learns each batch's deletes from the vectors.
 
 A second test switches a table from ``equality`` to ``position``: its pending equality
 deletes are converted before the first position-mode batch commits, and no snapshot after
@@ -12,6 +14,7 @@ the switch adds one."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,14 @@ from pyiceberg.table import Table
 
 from replicator.cli.main import main
 from replicator.config import MaintenanceConfig
+from replicator.iceberg.dv_commit import live_deletion_vectors
 from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.tables import open_catalog
 from replicator.maintenance.scheduler import Maintainer
 from replicator.maintenance.status import table_health
 from replicator.pipeline.runner import Replicator
 from tests.e2e.pg_support import load, source_rows, source_tables, write_config
+from tests.e2e.test_postgres_format_v3 import no_position_delete_parquet
 from tests.judges import assert_no_duplicate_data_files, duckdb_rows, normalize, spark_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -99,13 +104,18 @@ def judge(cfg_path: Path, dsn: str, t: Table) -> None:
     assert main(["diff", "--config", str(cfg_path), "--wait", "30"]) == 0
 
 
-def test_position_mode_never_writes_an_equality_delete(tmp_path: Path, pg_db: str, spark: Any) -> None:
+@pytest.mark.parametrize("format_version", [2, 3], ids=["v2", "v3"])
+def test_position_mode_never_writes_an_equality_delete(
+    tmp_path: Path, pg_db: str, spark: Any, format_version: int, caplog: pytest.LogCaptureFixture
+) -> None:
     sql(
         pg_db,
         "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, v text)",
         "INSERT INTO items SELECT g, g % 4, 'v' || g FROM generate_series(1, 300) g",
     )
-    cfg_path = config(tmp_path, pg_db, "position", partition_by={"public.items": ["grp"]})
+    cfg_path = config(tmp_path, pg_db, "position", partition_by={"public.items": ["grp"]},
+                      format_version=format_version)  # fmt: skip
+    caplog.set_level(logging.INFO, logger="replicator.pipeline.pk_indexes")
     Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     sql(pg_db, *CHANGES)
     sql(pg_db, *TWICE, one_tx=True)
@@ -118,6 +128,12 @@ def test_position_mode_never_writes_an_equality_delete(tmp_path: Path, pg_db: st
     assert len(t.metadata.spec().fields) == 1
     assert table_health(t).position_delete_files > 0  # earlier rows were deleted by position
     assert (cfg.state_dir / "index" / "cdc.items" / "MANIFEST").exists()
+    # Each batch's deletes reached the index at its commit: it never had to catch up.
+    index_log = [r.getMessage() for r in caplog.records if r.name == "replicator.pipeline.pk_indexes"]
+    assert not [m for m in index_log if "index not updated" in m or "caught up" in m], index_log
+    if format_version == 3:
+        assert t.format_version == 3 and live_deletion_vectors(t)
+        no_position_delete_parquet(t.metadata_location)
     judge(cfg_path, pg_db, t)
 
     # Another writer moves every row (compaction); the index follows it, and later deletes
@@ -128,6 +144,9 @@ def test_position_mode_never_writes_an_equality_delete(tmp_path: Path, pg_db: st
     t = catalog.load_table("cdc.items")
     judge(cfg_path, pg_db, t)
     assert equality_deletes_in_history(t) == []
+    if format_version == 3:
+        assert live_deletion_vectors(t)
+        no_position_delete_parquet(t.metadata_location)
 
 
 @pytest.mark.slow  # make test-long; the conversion step itself: tests/pipeline/test_pk_indexes.py

@@ -13,8 +13,10 @@ import pytest
 
 from ops_mapping import OP_COLUMN, MappingPolicy, before_key_column
 from ops_mapping.contract import TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN
+from replicator.iceberg import sql_commit
 from replicator.iceberg.row_delta import commit_row_delta
-from replicator.iceberg.tables import TableState
+from replicator.iceberg.table_commit import commit_batch, position_files_as_vectors
+from replicator.iceberg.tables import TABLE_PROPERTIES, TableState
 from replicator.index import StaleIndexError
 from replicator.maintenance.conversion import convert_equality_deletes
 from replicator.pipeline.pk_indexes import Positions, TableIndexes, candidate_keys
@@ -142,3 +144,38 @@ def test_a_rolled_back_table_gets_its_index_rebuilt(table: TableState, tmp_path:
     state.table.manage_snapshots().set_current_snapshot(first).commit()
     state.table = state.table.refresh()
     assert _where(indexes, state, [2]) == {2: ("a.parquet", 1)}
+
+
+def test_a_v3_batch_reaches_the_index_through_its_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format v3: the batch's position deletes were committed as deletion vectors (their
+    Parquet files are gone); ``committed`` learns the removed rows from the vectors, so the
+    next lookup needs no catch-up from the table."""
+    cat = sql_commit.FastCommitSqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    cat.create_namespace("db")
+    t = cat.create_table("db.t", SCHEMA, properties={**TABLE_PROPERTIES, "format-version": "3"})
+    state = TableState(t, "app.t", ("id",))
+    a = data_file(state.table, "a", [(1, "x"), (2, "y"), (3, "z")])
+    commit_batch(state.table, data_files=[a], delete_files=[], snapshot_properties={}, expected_parent_snapshot_id=None)
+    state.table = state.table.refresh()
+    indexes = TableIndexes(tmp_path / "index")
+    assert _where(indexes, state, [1, 2, 3]) == {1: ("a.parquet", 0), 2: ("a.parquet", 1), 3: ("a.parquet", 2)}
+
+    # Our batch: key 2's row deleted, key 1 updated twice (its first new row deleted in-batch).
+    b = data_file(state.table, "b", [(4, "n"), (1, "x2"), (1, "x3")])
+    dels = pos_deletes(state.table, "b-del", [(a.file_path, 1), (a.file_path, 0), (b.file_path, 1)])
+    seen = indexes.lookup(state, _head(state), pa.table({"id": pa.array([1, 2], pa.int64())}))
+    vectors = position_files_as_vectors(state.table, [dels.file_path])  # the Parquet file is deleted
+    parent = _head(state)
+    commit_batch(state.table, data_files=[b], delete_files=[], vectors=vectors, snapshot_properties={},
+                 expected_parent_snapshot_id=parent)  # fmt: skip
+    state.table = state.table.refresh()
+    snap = _head(state)
+    assert snap is not None
+
+    def no_catch_up(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the index had to catch up from the table")
+
+    monkeypatch.setattr("replicator.pipeline.pk_indexes.catch_up_from_table", no_catch_up)
+    monkeypatch.setattr("replicator.pipeline.pk_indexes.rebuild_from_table", no_catch_up)
+    indexes.committed(state, parent, snap, [b], [], seen, truncate=False, vectors=vectors)
+    assert _where(indexes, state, [1, 2, 3, 4]) == {1: ("b.parquet", 2), 3: ("a.parquet", 2), 4: ("b.parquet", 0)}
