@@ -99,7 +99,8 @@ def memory(results: dict[str, Any], out: Path, done: list[str]) -> None:
     r = results.get("postgres", {}).get("mixed")
     sweep = []
     if r and r.get("engine"):
-        sweep = sorted([*[v for v in r.get("variants", []) if not v.get("partition_by")], r["engine"]],
+        sweep = sorted([*[v for v in r.get("variants", []) if not v.get("partition_by") and not v.get("delete_mode")],
+                        r["engine"]],
                        key=lambda v: v["events_per_batch"])  # fmt: skip
     if not rows:
         return

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import partitioned
+from benchmarks import partitioned, position_mode
 
 KEY_MAP_BYTES_PER_KEY = 116  # ops_mapping.KeyPositionMap, int keys (tracemalloc, this machine)
 SOURCE_NAMES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
@@ -555,6 +555,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
                       rc_rows), ""]  # fmt: skip
     md += _many_tables(results)
     md += partitioned.report_lines(results)
+    md += position_mode.report_lines(results)
     # Errors
     errs = [f"{k}/{n}: {e}" for k in ("postgres", "mariadb")
             for n, r in results.get(k, {}).items() for e in r.get("errors", [])]  # fmt: skip

@@ -37,30 +37,31 @@ SIZES: dict[str, dict[str, Any]] = {
         "snapshot_rows": 2_000, "mixed_events": 3_000, "keyspace": 4_000,
         "hot_events": 1_500, "hot_keys": 20, "wide_events": 800, "wide_keyspace": 2_000,
         "spread_events": 2_000, "lag_rate": 400, "lag_seconds": 4, "lag_keyspace": 2_000, "baseline_cap": 60,
-        "sweep": [1_000],
+        "sweep": [1_000], "index_keys": 100_000,
     },
     "small": {
         "snapshot_rows": 30_000, "mixed_events": 30_000, "keyspace": 30_000,
         "hot_events": 15_000, "hot_keys": 100, "wide_events": 8_000, "wide_keyspace": 20_000,
         "spread_events": 30_000, "lag_rate": 1_000, "lag_seconds": 15, "lag_keyspace": 10_000, "baseline_cap": 60,
-        "sweep": [5_000],
+        "sweep": [5_000], "index_keys": 1_000_000,
     },
     "default": {
         "snapshot_rows": 150_000, "mixed_events": 150_000, "keyspace": 100_000,
         "hot_events": 50_000, "hot_keys": 100, "wide_events": 20_000, "wide_keyspace": 50_000,
         "spread_events": 100_000, "lag_rate": 5_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
-        "sweep": [10_000, 50_000],
+        "sweep": [10_000, 50_000], "index_keys": 10_000_000,
     },
     "large": {
         "snapshot_rows": 1_000_000, "mixed_events": 1_000_000, "keyspace": 1_000_000,
         "hot_events": 300_000, "hot_keys": 100, "wide_events": 200_000,
         "wide_keyspace": 200_000, "spread_events": 300_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
-        "baseline_cap": 600, "sweep": [10_000, 100_000],
+        "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000,
     },
 }  # fmt: skip
 WORKLOADS = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
 OVERRIDES = ("snapshot_rows", "mixed_events", "keyspace", "hot_events", "hot_keys",
-             "wide_events", "wide_keyspace", "spread_events", "lag_rate", "lag_seconds", "baseline_cap")  # fmt: skip
+             "wide_events", "wide_keyspace", "spread_events", "lag_rate", "lag_seconds", "baseline_cap",
+             "index_keys")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -84,6 +85,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "('' for none; benchmarks/partitioned.py)")  # fmt: skip
     ap.add_argument("--partition-by", default=None,
                     help="the partitioned engine's spec (default 'month(d),bucket(8,id)')")
+    ap.add_argument("--delete-modes", default="equality,position",
+                    help="iceberg.delete_mode values compared on --delete-mode-workloads: the default "
+                    "engine runs equality, one more engine per other mode ('' or one mode: none; "
+                    "benchmarks/position_mode.py)")  # fmt: skip
+    ap.add_argument("--delete-mode-workloads", default="mixed,hot,wide",
+                    help="Postgres workloads run with every --delete-modes value")
     ap.add_argument("--sweep", default=None,
                     help="comma-separated batch sizes (max_events = per-poll cap) run in "
                     "addition to the default engine on Postgres 'mixed' ('' for none)")  # fmt: skip
@@ -158,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics_for = set(_csv(args.metrics_cost))
     read_cost_for = set(_csv(args.read_cost))
     partitioned_for = set(_csv(args.partitioned))
+    delete_modes_for = set(_csv(args.delete_mode_workloads))
     logging.basicConfig(level=getattr(logging, os.environ.get("BENCH_LOG", "WARNING")), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.ERROR)
     started = time.time()
@@ -167,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", flush=True)
 
     from benchmarks import partitioned as P
+    from benchmarks import position_mode as DM
     from benchmarks import scenarios as S
     from benchmarks import workloads as W
     from benchmarks.procs import load_average, machine
@@ -185,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if meta["engine_overrides"]:
         log(f"engine settings overridden ({S.ENGINE_OVERRIDES_ENV}): {meta['engine_overrides']}")
     results: dict[str, Any] = {"meta": meta, "postgres": {}, "mariadb": {}, "lag": {}}
+    extra_modes = DM.extra_modes(DM.parse_modes(args.delete_modes))
+    meta["delete_modes"] = [DM.DEFAULT_MODE, *extra_modes] if extra_modes else []
     probe = str(work / "spark-probe.jsonl")
     spark, spark_seconds = _start_spark(probe)
     meta["spark_start_seconds"] = spark_seconds
@@ -226,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                         sweep=list(size["sweep"]) if name == "mixed" else [],
                         read_costs=name in read_cost_for, metrics_cost=name in metrics_for,
                         partition_by=P.parse_spec(args.partition_by) if name in partitioned_for else None,
+                        delete_modes=extra_modes if name in delete_modes_for else (),
                     )  # fmt: skip
                 else:
                     r = S.mysql_workload(ctx, w)
@@ -235,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                 results["lag"][kind] = S.lag_scenario(ctx, kind)
                 if kind == "postgres":  # the same at a lower-latency setting (issue 12's target)
                     results["lag"]["postgres-low-latency"] = S.lag_scenario(ctx, kind, S.LOW_LATENCY)
+        if size["index_keys"]:
+            log(f"primary-key index: memory per key at {size['index_keys']:,} keys")
+            results["pk_index"] = DM.index_memory(int(size["index_keys"]))
+            ix = results["pk_index"]
+            log(f"  {ix['resident_bytes_per_key_rss']} B/key resident, built in {ix['build_s']}s")
     finally:
         stack.close()
         meta["seconds"] = time.monotonic() - t_start

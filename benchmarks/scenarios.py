@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmarks import baselines as B
 from benchmarks import partitioned as P
+from benchmarks import position_mode as DM
 from benchmarks import workloads as W
 from benchmarks.harness import EngineSession, Phase
 from benchmarks.lagwriter import lag_workload
@@ -184,6 +185,8 @@ class WorkloadResult:
     read_cost: dict[str, Any] | None = None
     # One month read from the default and the partitioned engine's table (benchmarks/partitioned.py).
     partition_reads: list[dict[str, Any]] = field(default_factory=list)
+    # Reading the first table after the run, per delete mode (benchmarks/position_mode.py).
+    delete_mode_reads: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -240,7 +243,8 @@ def _nest(sessions: list[EngineSession], innermost: Callable[[], bool], changes:
 
 def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int],
                 read_costs: bool, metrics_cost: bool = False,
-                partition_by: tuple[str, ...] | None = None) -> WorkloadResult:  # fmt: skip
+                partition_by: tuple[str, ...] | None = None,
+                delete_modes: tuple[str, ...] = ()) -> WorkloadResult:  # fmt: skip
     import psycopg
 
     res = WorkloadResult("postgres", workload_info(w))
@@ -261,6 +265,8 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
         # Inner to the default one, so it reads the backlog before it (the second reader
         # finds the WAL in the page cache: that must not favour the partitioned tables).
         variants.append((P.LABEL, None))
+    if not w.snapshot_only:  # inner to the default one too, for the same reason
+        variants += [(DM.label(m), None) for m in delete_modes]
     if w.snapshot_only:
         # Inner, so it reads second: it finds the table in the page cache (the conservative
         # order for the COPY path it is the baseline of).
@@ -274,12 +280,15 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     sessions: list[EngineSession] = []
     for label, b in variants:
         slot = ("eng_metrics" if label == METRICS_VARIANT else "eng_rowwise" if label == ROWWISE_VARIANT
-                else "eng_parts" if label == P.LABEL else "eng_default" if b is None else f"eng_b{b}")  # fmt: skip
+                else "eng_parts" if label == P.LABEL else DM.SLOT_PREFIX + (DM.mode_of(label) or "")
+                if DM.mode_of(label) else "eng_default" if b is None else f"eng_b{b}")  # fmt: skip
         src = PostgresSourceConfig(type="postgres", dsn=dsn, slot=slot, publication=PUBLICATION,
                            snapshot_copy=label != ROWWISE_VARIANT)  # fmt: skip
         cfg = engine_config(d / slot, src, b)
         if label == P.LABEL and partition_by:
             cfg = P.with_partitions(cfg, [f"public.{t.name}" for t in w.tables], partition_by)
+        if DM.mode_of(label):
+            cfg = DM.with_delete_mode(cfg, DM.mode_of(label) or "")
         sessions.append(EngineSession(
             cfg, ctx.spark, poll_max=b,
             memory_roots=ctx.memory_roots, probe_path=ctx.probe_path,
@@ -312,6 +321,7 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
 
     _nest(sessions, innermost, not w.snapshot_only)
     parted: EngineSession | None = None
+    by_mode: dict[str, EngineSession] = {}
     main = next(s for (label, _b), s in zip(variants, sessions, strict=True) if label == "default")
     for (label, b), sess in zip(variants, sessions, strict=True):
         phases = {p.name: p for p in sess.phases}
@@ -324,6 +334,11 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
                 v["max_events"] = BatchConfig().max_events
                 v["scrapes"] = sess.scrapes
                 res.variants.append(v)
+        elif DM.mode_of(label):
+            by_mode[DM.mode_of(label) or ""] = sess
+            if "changes" in phases:
+                res.variants.append({**phase_dict(phases["changes"], label=label),
+                                     "delete_mode": DM.mode_of(label)})  # fmt: skip
         elif label == P.LABEL:
             parted = sess
             if "changes" in phases:
@@ -400,6 +415,8 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
                         f"{x['metrics'].get('resultDataFiles')} of {x['data_files']} data files scanned")
         except Exception as exc:  # noqa: BLE001 - reported
             res.errors.append(f"partitioned read: {type(exc).__name__}: {exc}"[:400])
+    if by_mode:
+        _delete_mode_checks(ctx, res, w, by_mode, ice, src_counts)
     if not res.check["equal"]:
         ctx.log(f"  WARNING postgres/{w.name}: row counts differ {res.check}")
     if read_costs and not w.snapshot_only:
@@ -419,6 +436,30 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     conn.close()
     _pg_drop_slots(ctx, w.name)
     return res
+
+
+def _delete_mode_checks(ctx: Context, res: WorkloadResult, w: W.Workload, by_mode: dict[str, EngineSession],
+                        ice: dict[str, Any], src_counts: dict[str, int]) -> None:  # fmt: skip
+    """The other delete modes' tables: row counts against the source, then one table's read
+    cost after the run next to the default engine's (benchmarks/position_mode.py)."""
+    source_tables = list(src_counts)
+    first = source_tables[0]
+    metas = {DM.DEFAULT_MODE: ice[first].get("metadata")}
+    for mode, sess in by_mode.items():
+        counts = _spark_counts(ctx, sess, source_tables)
+        res.check[f"{mode}_rows"] = {k: v.get("rows") for k, v in counts.items()}
+        res.check["equal"] = res.check["equal"] and all(counts[k].get("rows") == n for k, n in src_counts.items())
+        metas[mode] = counts[first].get("metadata")
+    try:
+        key = w.initial_rows // 2 + 1
+        for mode, meta in metas.items():
+            if meta:
+                res.delete_mode_reads.append(DM.read_after(ctx.spark, meta, key, mode))
+                t = res.delete_mode_reads[-1]
+                ctx.log(f"  postgres/{w.name}: read after the run, {mode}: count {t['count_best']:.2f}s, "
+                        f"lookup {t['lookup_best']:.2f}s, files {t['files']}")
+    except Exception as exc:  # noqa: BLE001 - reported
+        res.errors.append(f"delete mode read: {type(exc).__name__}: {exc}"[:400])
 
 
 def _one(conn: Any, sql: str) -> Any:

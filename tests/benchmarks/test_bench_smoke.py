@@ -32,6 +32,16 @@ def test_partitioned_bench_spec_and_filter() -> None:
         P.month_filter(("bucket(8, id)",))
 
 
+def test_delete_mode_bench_options() -> None:
+    from benchmarks import position_mode as DM
+
+    assert DM.extra_modes(DM.parse_modes("equality,position")) == ("position",)
+    assert DM.extra_modes(DM.parse_modes("position")) == ()
+    assert DM.mode_of(DM.label("position")) == "position" and DM.mode_of("default") is None
+    with pytest.raises(SystemExit, match="unknown mode"):
+        DM.parse_modes("equality,positional")
+
+
 def test_workload_plans_are_seeded_and_mixed() -> None:
     a = W.mixed(5000, seed=3, keyspace=8000)
     b = W.mixed(5000, seed=3, keyspace=8000)
@@ -86,3 +96,14 @@ def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
     assert month["metrics"]["resultDataFiles"] == month["partition_data_files"] < month["data_files"]
     assert flat["metrics"]["resultDataFiles"] + flat["metrics"]["skippedDataFiles"] == flat["data_files"]
     assert "## Partitioned tables vs unpartitioned (PostgreSQL)" in report
+    # Delete modes (benchmarks/position_mode.py): the same backlog with delete_mode: position.
+    (pos,) = [v for v in mixed["variants"] if v.get("delete_mode")]
+    assert pos["delete_mode"] == "position" and pos["events"] == mixed["workload"]["events"]
+    assert pos["files"]["equality_deletes"] == 0 and pos["commits"] >= 1
+    assert mixed["check"]["position_rows"] == mixed["check"]["source_rows"]
+    assert [t["mode"] for t in mixed["delete_mode_reads"]] == ["equality", "position"]
+    assert len({t["rows"] for t in mixed["delete_mode_reads"]}) == 1
+    assert "## Delete modes: equality vs position (PostgreSQL)" in report
+    # The index's memory per key (benchmarks/pk_index.py's measurement), tiny size.
+    assert res["pk_index"]["keys"] == 100_000 and res["pk_index"]["resident_bytes_per_key_index"] > 0
+    assert "## Primary-key index memory per key" in report
