@@ -8,8 +8,9 @@
   ``Replicator(steps=...)``): it times staging, the Spark job, the catalog commit, a whole
   batch and maintenance slices, and records every commit: its wall time and how many data /
   position-delete / equality-delete files it added.
-* ``SourceProbes`` times inside the sources (the Postgres transport and decoder, the binlog
-  reader) by wrapping those functions: the sources have no step hooks yet.
+* ``SourceSteps`` is the source's observer (``replicator.sources.observe``, set as the
+  source's ``source_observer``): it times the reads from the server and the decoding inside
+  the source (Postgres transport and pgoutput decode; the binlog reader's fetch and parse).
 * The Spark job is split further by ``benchmarks.spark_probe`` (mapping vs file writing inside
   Spark's Python worker), when Spark was started with it.
 """
@@ -17,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import threading
@@ -36,6 +36,7 @@ from replicator.pipeline.assembly import build_source
 from replicator.pipeline.observe import StepObserver, WrittenBy
 from replicator.pipeline.runner import Replicator, RunSummary
 from replicator.sources.base import ChangeSource
+from replicator.sources.observe import SourceObserver
 
 
 class StopRun(Exception):
@@ -74,30 +75,6 @@ class Timings:
         self.commits = []
         self.table_batches = 0
         self.events_applied = 0
-
-
-def _patch(module: Any, name: str, make: Callable[[Any], Any], undo: list[Callable[[], None]]) -> None:
-    orig = getattr(module, name)
-    setattr(module, name, make(orig))
-    undo.append(lambda: setattr(module, name, orig))
-
-
-_ACTIVE: list[Timings] = [Timings()]  # the session whose loop runs now (sessions may nest)
-
-
-def set_active(t: Timings) -> None:
-    _ACTIVE[0] = t
-
-
-class _Routed:
-    """Forwards to the active session's ``Timings``."""
-
-    def add(self, name: str, seconds: float) -> None:
-        _ACTIVE[0].add(name, seconds)
-
-    @property
-    def commits(self) -> list[CommitRecord]:
-        return _ACTIVE[0].commits
 
 
 class EngineSteps(StepObserver):
@@ -140,52 +117,19 @@ class EngineSteps(StepObserver):
         self.t.add("maintenance", seconds)
 
 
-class SourceProbes:
-    """Context manager wrapping the sources' transport and decoding with timers (once, also
-    when sessions nest); they record into the active session's ``Timings``."""
+class SourceSteps(SourceObserver):
+    """The source's observer for one session: what each poll spent reading the change log
+    from the server and decoding it, into the session's ``Timings``."""
 
-    _depth = 0
+    def __init__(self, timings: Timings, source_type: str) -> None:
+        self.t = timings
+        self._read = "binlog_fetch_parse" if source_type == "mysql" else "pg_transport"
 
-    def __init__(self) -> None:
-        self.t = _Routed()
-        self._undo: list[Callable[[], None]] = []
+    def read(self, seconds: float, nbytes: int) -> None:
+        self.t.add(self._read, seconds)
 
-    def _timed(self, name: str) -> Callable[[Any], Any]:
-        def make(fn: Any) -> Any:
-            @functools.wraps(fn)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                t0 = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self.t.add(name, time.perf_counter() - t0)
-
-            return wrapper
-
-        return make
-
-    def __enter__(self) -> SourceProbes:
-        SourceProbes._depth += 1
-        if SourceProbes._depth > 1:
-            return self
-        u = self._undo
-        with contextlib.suppress(ImportError):
-            import replicator.sources.postgres.replication as pg_repl
-            import replicator.sources.postgres.source as pg_source
-
-            _patch(pg_source, "decode", self._timed("pg_decode"), u)
-            _patch(pg_repl.ReplicationConnection, "read", self._timed("pg_transport"), u)
-        with contextlib.suppress(ImportError):
-            from pymysqlreplication import BinLogStreamReader
-
-            _patch(BinLogStreamReader, "fetchone", self._timed("binlog_fetch_parse"), u)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        SourceProbes._depth -= 1
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
+    def decoded(self, seconds: float, messages: int) -> None:
+        self.t.add("pg_decode", seconds)
 
 
 _SOURCE_INTERNAL = ("pg_transport", "pg_decode", "binlog_fetch_parse")
@@ -249,7 +193,6 @@ class ControlledSource(ChangeSource):
 
     def poll(self) -> Iterator[ChangeEvent]:
         assert self.inner is not None
-        set_active(self.t)
         got = 0
         # Source-internal timers (transport, decode) also tick while an idle poll waits for
         # data: an empty poll's share is taken back below.
@@ -373,6 +316,7 @@ class EngineSession:
             steps=EngineSteps(self.timings),
         )
         inner = build_source(cfg, self.rep.dead_letters)
+        inner.source_observer = SourceSteps(self.timings, cfg.source.type)
         if hasattr(inner, "progress"):
             inner.progress = False
         if poll_max is not None:  # the source's per-poll cap also caps a batch (see README)
@@ -445,7 +389,6 @@ class EngineSession:
             self.ctl.hold_reads()
             try:
                 if step():
-                    set_active(self.timings)  # a nested session may have taken over
                     self.ctl.start_phase()
                     self._open_phase(name, 0.0)
             finally:
@@ -454,7 +397,6 @@ class EngineSession:
         # Called by the run loop (its thread) once the source is idle and all it read is
         # committed: the phase ends there; the next step's changes start the next one.
         self.rep.on_idle = on_idle
-        set_active(self.timings)
         self.timings.reset()
         if first_phase is not None:
             self._open_phase(first_phase, time.monotonic())
@@ -463,7 +405,7 @@ class EngineSession:
             scraper = threading.Thread(target=self._scrape, name="bench-scraper", daemon=True)
             scraper.start()
         try:
-            with SourceProbes(), contextlib.suppress(StopRun):
+            with contextlib.suppress(StopRun):
                 self.rep.run()
         finally:
             if self._sampler is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from replicator.checkpoint import Checkpoints, ReplayWindow
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
+from replicator.sources.observe import SourceObserver
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class ChangeSource(ABC):
     #: Its events may carry unavailable-value placeholders (``replicator.events.unavailable``)
     #: that the pipeline fills from the batch or the table before writing (row fill).
     needs_row_fill: bool = False
+    #: Told what each poll spent reading and decoding the change log (measurement; sources
+    #: that read a server's log report to it, others ignore it). None: nothing is timed.
+    source_observer: SourceObserver | None = None
 
     def __init__(self, dead_letters: DeadLetterSink) -> None:
         self.dead_letters = dead_letters

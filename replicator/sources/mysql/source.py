@@ -400,7 +400,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
                 with self._lock:
                     incr.next_chunk()
             got = False
-            for ev in self._stream.poll(self.poll_max_events):
+            for ev in self._stream.poll(self.poll_max_events, self.source_observer):
                 got = True
                 yield ev
             if got or incr is None or not incr.busy:

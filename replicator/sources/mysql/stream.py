@@ -55,6 +55,7 @@ from replicator.sources.mysql.types import (
     def_from_binlog,
     map_column,
 )
+from replicator.sources.observe import PollSpent, SourceObserver
 
 log = logging.getLogger(__name__)
 compat.install()
@@ -167,17 +168,21 @@ class BinlogStream:
             with contextlib.suppress(pymysql.err.Error):
                 reader.close()
 
-    def poll(self, max_events: int) -> Iterator[ChangeEvent]:
+    def poll(self, max_events: int, observer: SourceObserver | None = None) -> Iterator[ChangeEvent]:
         """Changes until the end of the binlog for now, or a little over ``max_events`` (only
         whole binlog events are read; events of unselected tables do not count, so an empty
-        poll means the source is idle)."""
+        poll means the source is idle). ``observer``: told the time in ``fetchone``."""
+        with PollSpent.reporting(observer) as spent:
+            yield from self._poll(max_events, spent)
+
+    def _poll(self, max_events: int, spent: PollSpent | None) -> Iterator[ChangeEvent]:
         fresh = self._reader is None
         reader = self._reader or self._open_reader()
         stop = self.stats.changes + max_events
         yield from self._boundary()
         while self.stats.changes < stop:
             try:
-                ev = reader.fetchone()
+                ev = reader.fetchone() if spent is None else spent.timed_read(reader.fetchone)
             except pymysql.err.MySQLError as exc:
                 self.close()
                 setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")

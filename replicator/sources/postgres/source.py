@@ -54,6 +54,7 @@ from replicator.sources.base import LogPosition, RetainedLog
 from replicator.sources.common.identity import check_checkpoints, check_state
 from replicator.sources.common.lifecycle import DatabaseSource
 from replicator.sources.common.snapshot import SnapshotCursor
+from replicator.sources.observe import PollSpent
 from replicator.sources.postgres import setup, standby
 from replicator.sources.postgres.changes import (
     ChangeAssembler,
@@ -392,6 +393,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 return
 
     def _poll_stream_once(self) -> Iterator[ChangeEvent]:
+        with PollSpent.reporting(self.source_observer) as spent:
+            yield from self._read_stream(spent)
+
+    def _read_stream(self, spent: PollSpent | None) -> Iterator[ChangeEvent]:
         asm = self._asm
         assert asm is not None
         if self._stream is None:
@@ -412,7 +417,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 if stream is None:
                     return
                 try:
-                    data = stream.read(wait)
+                    data = stream.read(wait) if spent is None else spent.timed_read(stream.read, wait)
                 except TransientError as exc:
                     log.warning("replication stream lost (%s); reconnecting on next poll", exc)
                     self.stats.reconnects += 1
@@ -435,7 +440,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 for msg, size in streamed.feed(data):
                     yield from self._handle(msg, size)
                 continue
-            msg = decode(data)
+            msg = decode(data) if spent is None else spent.timed_decode(decode, data)
             if incr is None:  # the common case inline: no generator per message
                 yield from asm.handle(msg, len(data))
                 continue
