@@ -81,6 +81,8 @@ def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
                for b in mixed["baselines"])
     assert all(r["row_messages"] == mixed["workload"]["events"] for r in mixed["raw"])
     assert mixed["engine"]["commits"] >= 1 and mixed["engine"]["parts"]["source_read"] > 0
+    # Inside the source, from its observer (replicator/sources/observe.py).
+    assert mixed["engine"]["parts"]["pg_transport"] > 0 and mixed["engine"]["parts"]["pg_decode"] > 0
     assert res["lag"]["postgres"]["samples"] > 0
     # The metrics cost: the default engine again with /metrics on and scraped.
     (with_metrics,) = [v for v in mixed["variants"] if "scrapes" in v]
