@@ -95,7 +95,13 @@ def _scenario(tmp_path: Path, pg_db: str, n: int, mode: str = "equality", format
 
 @pytest.mark.parametrize(
     ("mode", "format_version", "n"),
-    [("equality", 2, 30_000), ("position", 2, 30_000), ("position", 3, 10_000)],
+    [
+        ("equality", 2, 30_000),
+        # position mode on v2 is also covered in make test by the position-mode e2e and the
+        # crash matrix's index-behind point; this kill test of it runs in make test-long
+        pytest.param("position", 2, 30_000, marks=pytest.mark.slow),
+        ("position", 3, 10_000),
+    ],
     ids=["equality", "position", "position-v3"],
 )
 def test_key_rotation_transaction_killed_mid_apply_then_until_idle(

@@ -25,7 +25,8 @@ from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.e2e.test_postgres_s3 import write_s3_config
 from tests.judges import assert_no_duplicate_data_files, assert_partition_values
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# ~2 min (a private object store + REST catalog): make test-long
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
 
 def test_partition_by_on_rest_catalog_and_s3(
