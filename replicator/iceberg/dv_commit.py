@@ -28,7 +28,6 @@ The commit is what Iceberg Java's ``RowDelta`` does for a CDC batch:
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -37,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, TableMetadataV3
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary, update_snapshot_summaries
@@ -50,11 +49,9 @@ from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
 )
-from pyiceberg.utils.properties import property_as_bool
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
-from replicator.iceberg.catalog import unwrapped
 from replicator.iceberg.commit_checks import check_properties
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
 from replicator.iceberg.manifest_merge import merge_small_manifests
@@ -75,8 +72,7 @@ from replicator.iceberg.manifest_writer import (
 )
 from replicator.iceberg.roaring import Positions, union
 from replicator.iceberg.snapshot_summary import summary_properties
-from replicator.iceberg.sql_commit import FastCommitSqlCatalog
-from replicator.iceberg.v3_metadata import commit_v3
+from replicator.iceberg.table_updates import commit_table_updates, delete_files
 
 __all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
 
@@ -558,38 +554,17 @@ def _commit(
     written: list[str],
 ) -> Committed:
     name = ".".join(table.name())
+    # A new Table object: the caller's is advanced by its entry (table_commit) after success.
+    target = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog)
     try:
-        inner = unwrapped(table.catalog)  # a FastCommitSqlCatalog writes v3 metadata itself
-        if table.metadata.format_version >= 3 and not isinstance(inner, FastCommitSqlCatalog):
-            metadata, location = commit_v3(table, requirements, updates, inner)
-        else:
-            response = table.catalog.commit_table(table, requirements, updates)
-            metadata, location = response.metadata, response.metadata_location
+        committed = commit_table_updates(target, updates, requirements)
     except CommitFailedException as exc:
         _discard(table, written)  # the catalog certainly did not take them
         raise CommitConflictError(f"catalog rejected the commit: {exc}", table=name) from exc
     except CommitStateUnknownException as exc:
         raise CommitStateUnknownError(f"the catalog's answer to the commit was lost: {exc}", table=name) from exc
-    _delete_old_metadata(table, table.metadata, metadata)
-    committed = Table(table.name(), metadata, location, table.io, table.catalog)
     return Committed(committed, snapshot)
 
 
-def _delete_old_metadata(table: Table, base: TableMetadata, metadata: TableMetadata) -> None:
-    """With ``write.metadata.delete-after-commit.enabled``: delete the metadata files the new
-    metadata log no longer lists (it keeps ``write.metadata.previous-versions-max``), as Iceberg
-    Java does after a commit; best effort (orphan cleanup catches the rest)."""
-    if not property_as_bool(
-        metadata.properties,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
-        TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT,
-    ):
-        return
-    kept = {log.metadata_file for log in metadata.metadata_log}
-    _discard(table, sorted({log.metadata_file for log in base.metadata_log} - kept))
-
-
 def _discard(table: Table, paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
-            table.io.delete(path)
+    delete_files(table, paths)
