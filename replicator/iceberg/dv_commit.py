@@ -283,7 +283,7 @@ def _targets(
             raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
     previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
     carried: dict[str, Positions] = {}
-    if removal.every:
+    if removal.every or not vectors:  # no vector to merge: the delete manifests are not read
         return targets, previous, carried
     for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
         if e.file.file_format != PUFFIN:
