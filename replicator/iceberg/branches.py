@@ -22,6 +22,7 @@ from pyiceberg.table.update import (
 )
 
 from replicator.iceberg.table_commit import commit_batch
+from replicator.iceberg.table_updates import commit_table_updates
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,8 @@ def publish_resnapshot(table: Table) -> int | None:
     if head is None:
         return None
     old = branch_head(table, MAIN_BRANCH)
-    tx = table.transaction()
-    tx._apply(
+    commit_table_updates(
+        table,
         (
             SetSnapshotRefUpdate.model_validate(
                 {"ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH, "snapshot-id": head}
@@ -74,7 +75,6 @@ def publish_resnapshot(table: Table) -> int | None:
             AssertRefSnapshotId.model_validate({"ref": RESNAPSHOT_BRANCH, "snapshot-id": head}),
         ),
     )
-    tx.commit_transaction()
     log.info("%s: the new copy is published: main moved from snapshot %s to %s in one commit",
              ".".join(table.name()), old, head)  # fmt: skip
     return head

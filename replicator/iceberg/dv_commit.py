@@ -28,7 +28,6 @@ The commit is what Iceberg Java's ``RowDelta`` does for a CDC batch:
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -53,7 +52,7 @@ from pyiceberg.table.update import (
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
-from replicator.iceberg.catalog import unwrapped
+from replicator.iceberg.commit_checks import check_properties
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
 from replicator.iceberg.manifest_merge import merge_small_manifests
 from replicator.iceberg.manifest_schema import (
@@ -72,10 +71,8 @@ from replicator.iceberg.manifest_writer import (
     write_manifest_list,
 )
 from replicator.iceberg.roaring import Positions, union
-from replicator.iceberg.row_delta import check_properties
 from replicator.iceberg.snapshot_summary import summary_properties
-from replicator.iceberg.sql_commit import FastCommitSqlCatalog
-from replicator.iceberg.v3_metadata import commit_v3
+from replicator.iceberg.table_updates import commit_table_updates, delete_files
 
 __all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
 
@@ -286,7 +283,7 @@ def _targets(
             raise ValueError(f"{path}: position {int(values[-1])} past its {count} rows")
     previous: dict[str, tuple[ListedManifest, FileEntry]] = {}
     carried: dict[str, Positions] = {}
-    if removal.every:
+    if removal.every or not vectors:  # no vector to merge: the delete manifests are not read
         return targets, previous, carried
     for m, e in _live_entries(table, parent, ManifestContent.DELETES, lambda e: _may_apply(e.file, vectors)):
         if e.file.file_format != PUFFIN:
@@ -557,23 +554,17 @@ def _commit(
     written: list[str],
 ) -> Committed:
     name = ".".join(table.name())
+    # A new Table object: the caller's is advanced by its entry (table_commit) after success.
+    target = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog)
     try:
-        inner = unwrapped(table.catalog)  # a FastCommitSqlCatalog writes v3 metadata itself
-        if table.metadata.format_version >= 3 and not isinstance(inner, FastCommitSqlCatalog):
-            metadata, location = commit_v3(table, requirements, updates, inner)
-        else:
-            response = table.catalog.commit_table(table, requirements, updates)
-            metadata, location = response.metadata, response.metadata_location
+        committed = commit_table_updates(target, updates, requirements)
     except CommitFailedException as exc:
         _discard(table, written)  # the catalog certainly did not take them
         raise CommitConflictError(f"catalog rejected the commit: {exc}", table=name) from exc
     except CommitStateUnknownException as exc:
         raise CommitStateUnknownError(f"the catalog's answer to the commit was lost: {exc}", table=name) from exc
-    committed = Table(table.name(), metadata, location, table.io, table.catalog)
     return Committed(committed, snapshot)
 
 
 def _discard(table: Table, paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(Exception):  # best effort: orphan cleanup catches the rest
-            table.io.delete(path)
+    delete_files(table, paths)

@@ -19,9 +19,9 @@ from dataclasses import replace
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
+from replicator.iceberg.commit_checks import MANIFESTS_PER_CONTENT_MAX
 from replicator.iceberg.manifest_schema import FileEntry, ListedManifest, ManifestContent, Status
 from replicator.iceberg.manifest_writer import read_manifest
-from replicator.iceberg.row_delta import MANIFESTS_PER_CONTENT_MAX
 
 __all__ = ["merge_small_manifests"]
 

@@ -31,6 +31,7 @@ from pyiceberg.transforms import IdentityTransform, parse_transform
 
 from replicator.config import parse_partition_field, parse_sort_field
 from replicator.errors import ConfigError
+from replicator.iceberg.table_updates import commit_table_updates
 from replicator.storage.partitioning import PartitionKey
 
 __all__ = [
@@ -61,12 +62,12 @@ def ensure_global_spec(table: Table) -> int:
         return found
     metadata = table.metadata
     new_id = max(metadata.specs()) + 1
-    with table.transaction() as transaction:
-        # Only the specs list changes; the default spec must not have moved under us.
-        transaction._apply(
-            (AddPartitionSpecUpdate(spec=PartitionSpec(spec_id=new_id)),),
-            (AssertDefaultSpecId.model_validate({"default-spec-id": metadata.default_spec_id}),),
-        )
+    # Only the specs list changes; the default spec must not have moved under us.
+    commit_table_updates(
+        table,
+        (AddPartitionSpecUpdate(spec=PartitionSpec(spec_id=new_id)),),
+        (AssertDefaultSpecId.model_validate({"default-spec-id": metadata.default_spec_id}),),
+    )
     log.info(
         "%s: added unpartitioned spec %d for equality deletes that reach every partition",
         ".".join(table.name()),

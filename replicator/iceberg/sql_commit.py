@@ -16,7 +16,7 @@ changes) works on this catalog.
 
 pyiceberg internals overridden or used (pinned in ``tests/iceberg/test_pyiceberg_internals.py``):
 ``SqlCatalog._convert_orm_to_iceberg``, ``_write_metadata``, ``_update_and_stage_table``,
-``_parse_metadata_version``, ``_load_file_io``; ``update._apply_table_update``,
+``_parse_metadata_version``; ``update._apply_table_update``,
 ``_TableMetadataUpdateContext`` and ``_update_table_metadata_log``.
 """
 
@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
@@ -72,7 +72,7 @@ class FastCommitSqlCatalog(SqlCatalog):
             identifier=(*self.identifier_to_tuple(orm_table.table_namespace), orm_table.table_name),
             metadata=metadata,
             metadata_location=location,
-            io=self._load_file_io(metadata.properties, location),
+            io=load_file_io({**self.properties, **metadata.properties}, location),
             catalog=self,
         )
 
@@ -105,7 +105,7 @@ class FastCommitSqlCatalog(SqlCatalog):
             identifier=table_identifier,
             metadata=metadata,
             metadata_location=location,
-            io=self._load_file_io(properties=metadata.properties, location=location),
+            io=load_file_io({**self.properties, **metadata.properties}, location),
             catalog=self,
         )
 

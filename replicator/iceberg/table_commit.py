@@ -1,11 +1,11 @@
-"""The engine's commits by the table's format version: one entry for a CDC batch
-(``commit_batch``) and one for a maintenance rewrite (``commit_replace``).
+"""The engine's commits: one entry for a CDC batch (``commit_batch``) and one for a maintenance
+rewrite (``commit_replace``), both through ``dv_commit.commit_files`` (our own manifests, only
+public pyiceberg table updates and requirements) whatever the table's format version:
 
-* format v2: ``row_delta.commit_row_delta`` / ``rewrite.commit_rewrite`` (position and equality
-  delete files, manifests merged on commit);
-* format v3: ``dv_commit.commit_files``, our own manifests: row deletes are deletion vectors
-  (Puffin), each merged with the data file's live vector; equality delete files as in v2; no
-  position-delete file is ever committed to a v3 table.
+* format v2: position and equality delete files (sequence numbers inherited from the snapshot);
+* format v3: row deletes are deletion vectors (Puffin), each merged with the data file's live
+  vector; equality delete files as in v2; no position-delete file is ever committed to a v3
+  table.
 
 The stage writes a batch's position deletes as Parquet files (``spark.file_writer``); on a v3
 table ``vectors_from_position_files`` turns them into vectors per data file before the commit
@@ -24,14 +24,13 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from replicator.checkpoint import CHECKPOINT_PROPERTY
+from replicator.iceberg.commit_checks import UNSET, _Unset, check_files, file_spec_id
 from replicator.iceberg.dv_commit import commit_files
 from replicator.iceberg.manifest_writer import content_file
-from replicator.iceberg.rewrite import commit_rewrite
 from replicator.iceberg.roaring import Positions, union
-from replicator.iceberg.row_delta import UNSET, _Unset, commit_row_delta
 
 __all__ = [
     "commit_batch", "commit_replace", "position_files_as_vectors", "uses_vectors",
@@ -46,17 +45,9 @@ def uses_vectors(table: Table) -> bool:
     return table.metadata.format_version >= 3
 
 
-def _spec_id(f: DataFile, default: int) -> int:
-    # DataFile.from_args does not set spec_id; files built that way carry none.
-    try:
-        return f.spec_id
-    except AttributeError:
-        return default
-
-
 def _spec_ids(table: Table, files: Sequence[DataFile]) -> dict[str, int]:
     default = table.metadata.default_spec_id
-    return {f.file_path: _spec_id(f, default) for f in files}
+    return {f.file_path: file_spec_id(f, default) for f in files}
 
 
 def vectors_from_position_files(table: Table, paths: Sequence[str]) -> dict[str, Positions]:
@@ -92,20 +83,15 @@ def commit_batch(
     expected_parent_snapshot_id: int | None | _Unset = UNSET,
     branch: str = MAIN_BRANCH,
     remove_all: bool = False,
-) -> None:
+) -> Snapshot:
     """ONE snapshot with a batch's files on ``branch`` (``remove_all``: a TRUNCATE first);
     ``CommitConflictError`` / ``CommitStateUnknownError`` as the commit functions raise them.
     ``vectors`` (v3): positions to delete per data file; a v2 table takes none.
-    ``expected_parent_snapshot_id`` defaults to the branch head ``table`` has loaded."""
-    if not uses_vectors(table):
-        if vectors:
-            raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
-        commit_row_delta(
-            table, data_files=data_files, delete_files=delete_files, snapshot_properties=snapshot_properties,
-            table_properties=table_properties, expected_parent_snapshot_id=expected_parent_snapshot_id,
-            branch=branch, remove_all=remove_all,
-        )  # fmt: skip
-        return
+    ``expected_parent_snapshot_id`` defaults to the branch head ``table`` has loaded.
+    On success ``table`` is advanced to the new snapshot, which is returned."""
+    if vectors and not uses_vectors(table):
+        raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
+    check_files(table, data_files, delete_files)
     if isinstance(expected_parent_snapshot_id, _Unset):
         head = table.metadata.snapshot_by_name(branch)
         expected_parent_snapshot_id = head.snapshot_id if head is not None else None
@@ -115,12 +101,15 @@ def commit_batch(
         spec_ids=_spec_ids(table, [*data_files, *delete_files]), snapshot_properties=snapshot_properties,
         table_properties=table_properties, expected_parent_snapshot_id=expected_parent_snapshot_id,
         branch=branch, remove_all=remove_all,
+        # a TRUNCATE deletes rows even from an empty table (as Iceberg Java's RowDelta says)
+        operation=(Operation.OVERWRITE if data_files else Operation.DELETE) if remove_all else None,
     )  # fmt: skip
     _advance(table, committed.table)
+    return committed.snapshot
 
 
 def _advance(table: Table, committed: Table) -> None:
-    """``table`` at the committed metadata, as ``commit_row_delta`` leaves its table."""
+    """``table`` at the committed metadata (callers keep using their table object)."""
     table.metadata = committed.metadata
     table.metadata_location = committed.metadata_location
 
@@ -142,19 +131,20 @@ def commit_replace(
     v3: a removed data file's deletion vector goes with it (Puffin entries in ``remove`` are
     skipped: the Puffin file may hold other files' vectors); ``vectors`` (converted equality
     deletes) are merged with the files' live ones."""
-    if not uses_vectors(table):
-        if vectors:
-            raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
-        return commit_rewrite(
-            table, expected_snapshot_id=expected_snapshot_id, remove=remove, add_data=add_data,
-            add_deletes=add_deletes, data_sequence_number=data_sequence_number,
-            summary=summary or {}, table_properties=table_properties or {},
-        )  # fmt: skip
+    if vectors and not uses_vectors(table):
+        raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
+    check_files(table, add_data, add_deletes)
+    if data_sequence_number is not None and data_sequence_number < 0:
+        raise ValueError(f"data_sequence_number {data_sequence_number} is negative")
+    if len({f.file_path for f in remove}) != len(remove):
+        raise ValueError("a file is listed more than once in remove")
     if table_properties and CHECKPOINT_PROPERTY in table_properties:
         raise ValueError("a rewrite holds no new source position: it must keep the checkpoint")
     if expected_snapshot_id is None:
         raise ValueError("cannot rewrite files of a table without snapshots")
-    if any(f.content == DataFileContent.POSITION_DELETES and str(f.file_format.value) != PUFFIN for f in add_deletes):
+    if uses_vectors(table) and any(
+        f.content == DataFileContent.POSITION_DELETES and str(f.file_format.value) != PUFFIN for f in add_deletes
+    ):
         raise ValueError("a v3 table takes deletion vectors, not position-delete files")
     removed = [f.file_path for f in remove if str(f.file_format.value).upper() != PUFFIN]
     if not removed and not vectors:

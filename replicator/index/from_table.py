@@ -20,9 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import _read_deletes, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import DataFile, FileFormat
 from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
+from pyiceberg.table.puffin import PuffinFile
 
 from replicator.index.errors import StaleIndexError
 from replicator.index.pk_index import FileRows, PrimaryKeyIndex
@@ -157,7 +161,7 @@ def _deleted_positions(table: Table, task: FileScanTask, cache: dict[str, dict[s
     gone = []
     for delete_file in task.delete_files:
         if delete_file.file_path not in cache:
-            cache[delete_file.file_path] = _read_deletes(table.io, delete_file)
+            cache[delete_file.file_path] = _read_deletes(table, delete_file)
         hit = cache[delete_file.file_path].get(path)
         if hit is not None:
             gone.append(np.asarray(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit, np.int64))
@@ -171,3 +175,18 @@ def rebuild_from_table(
     if snapshot_id is None and table.current_snapshot() is not None:
         snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
     return PrimaryKeyIndex.rebuild(directory, snapshot_id, live_rows(table, key_columns, snapshot_id))
+
+
+def _read_deletes(table: Table, delete_file: DataFile) -> dict[str, pa.ChunkedArray | pa.Array]:
+    """Data file path -> the positions a position-delete file (Parquet) or the deletion
+    vectors of a Puffin file delete in it."""
+    with table.io.new_input(delete_file.file_path).open() as stream:
+        if delete_file.file_format == FileFormat.PUFFIN:
+            vectors = deletion_vectors_from_puffin_file(PuffinFile(stream.read()))
+            return {dv.referenced_data_file: dv.to_vector() for dv in vectors}
+        rows = pq.read_table(stream, columns=["file_path", "pos"])
+    paths = rows.column("file_path")
+    return {
+        str(name): rows.column("pos").filter(pc.equal(paths, pa.scalar(name)))
+        for name in pc.unique(paths).to_pylist()
+    }

@@ -126,9 +126,11 @@ class ResnapshotKeeper:
     def _drop_branch(self, state: Any) -> None:
         from pyiceberg.table.update import RemoveSnapshotRefUpdate
 
-        tx = state.table.transaction()
-        tx._apply((RemoveSnapshotRefUpdate.model_validate({"ref-name": RESNAPSHOT_BRANCH}),), ())
-        tx.commit_transaction()
+        from replicator.iceberg.table_updates import commit_table_updates
+
+        commit_table_updates(
+            state.table, (RemoveSnapshotRefUpdate.model_validate({"ref-name": RESNAPSHOT_BRANCH}),), ()
+        )
         state.table = state.table.refresh()
 
     def _publish(self, table: str) -> None:

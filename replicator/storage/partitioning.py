@@ -14,6 +14,8 @@ strings, floats, booleans and nulls as themselves, decimals and bytes tagged.
 
 from __future__ import annotations
 
+import datetime
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -22,7 +24,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.partitioning import PartitionSpec, _to_partition_representation
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import (
     BucketTransform,
@@ -40,7 +42,10 @@ from pyiceberg.types import (
     LongType,
     TimestampType,
     TimestamptzType,
+    TimeType,
+    UUIDType,
 )
+from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
 
 PartitionKey = tuple[Any, ...]
 
@@ -104,7 +109,7 @@ def _field_values(column: pa.ChunkedArray | pa.Array, part: PartitionColumn) -> 
     distinct = pc.unique(array)
     apply = part.transform.transform(part.source_type)
     values = [
-        apply(_to_partition_representation(part.source_type, v)) if v is not None else None
+        apply(_physical(part.source_type, v)) if v is not None else None
         for v in distinct.to_pylist()
     ]
     index = pc.index_in(array, value_set=distinct, skip_nulls=False)
@@ -216,4 +221,19 @@ def _decode(value: Any) -> Any:
         if "decimal" in value:
             return Decimal(value["decimal"])
         return bytes.fromhex(value["bytes"])
+    return value
+
+
+def _physical(source_type: IcebergType, value: Any) -> Any:
+    """A Python value (as pyarrow gives it) in the physical form pyiceberg's scalar transforms
+    take: dates as days, times and timestamps as microseconds (since the epoch / midnight),
+    uuids as bytes; other values as they are."""
+    if isinstance(source_type, TimestampType | TimestamptzType) and isinstance(value, datetime.datetime):
+        return datetime_to_micros(value)
+    if isinstance(source_type, DateType) and isinstance(value, datetime.date):
+        return date_to_days(value)
+    if isinstance(source_type, TimeType) and isinstance(value, datetime.time):
+        return time_to_micros(value)
+    if isinstance(source_type, UUIDType) and isinstance(value, uuid.UUID):
+        return value.bytes
     return value
