@@ -16,6 +16,7 @@ RANK = {
     "replicator": 0,  # the package root: version only
     "replicator.errors": 1,
     "replicator.secrets": 1,
+    "replicator.text": 1,
     "replicator.retry": 2,
     "replicator.config": 2,
     "replicator.events": 2,
