@@ -125,10 +125,12 @@ def _quiet(source: ChangeSource, poll_max: int | None) -> None:
 
     if isinstance(source, PostgresSource):
         source.progress = False
-        source.poll_max_messages = poll_max or source.poll_max_messages
+        if poll_max is not None:
+            source.poll_max_messages = poll_max
     elif isinstance(source, MySQLSource):
         source.progress = False
-        source.poll_max_events = poll_max or source.poll_max_events
+        if poll_max is not None:
+            source.poll_max_events = poll_max
 
 
 class SourceSteps(SourceObserver):
