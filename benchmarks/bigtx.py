@@ -53,10 +53,10 @@ def _child(config: str, rss_out: str, until_idle: bool, trace_out: str | None = 
         from benchmarks.memtrace import MemTrace
 
         trace = MemTrace(trace_out)
-        trace.install()
+        trace.start()
     t0 = time.perf_counter()
     try:
-        rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])])
+        rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])], steps=trace)
     finally:
         if trace is not None:
             trace.finish()

@@ -117,6 +117,22 @@ class EngineSteps(StepObserver):
         self.t.add("maintenance", seconds)
 
 
+def _quiet(source: ChangeSource, poll_max: int | None) -> None:
+    """No progress bar; ``poll_max``: the source's per-poll cap, which also caps a batch (see
+    README). Both are the sources' constructor options, set on the one just built."""
+    from replicator.sources.mysql.source import MySQLSource
+    from replicator.sources.postgres.source import PostgresSource
+
+    if isinstance(source, PostgresSource):
+        source.progress = False
+        if poll_max is not None:
+            source.poll_max_messages = poll_max
+    elif isinstance(source, MySQLSource):
+        source.progress = False
+        if poll_max is not None:
+            source.poll_max_events = poll_max
+
+
 class SourceSteps(SourceObserver):
     """The source's observer for one session: what each poll spent reading the change log
     from the server and decoding it, into the session's ``Timings``."""
@@ -317,12 +333,7 @@ class EngineSession:
         )
         inner = build_source(cfg, self.rep.dead_letters)
         inner.source_observer = SourceSteps(self.timings, cfg.source.type)
-        if hasattr(inner, "progress"):
-            inner.progress = False
-        if poll_max is not None:  # the source's per-poll cap also caps a batch (see README)
-            for attr in ("poll_max_messages", "poll_max_events"):
-                if hasattr(inner, attr):
-                    setattr(inner, attr, poll_max)
+        _quiet(inner, poll_max)
         self.ctl.attach(inner)
         self.phases: list[Phase] = []
         self._current: tuple[str, float, int, int] | None = None

@@ -1,8 +1,9 @@
 """Opt-in memory trace of a benchmark's engine process (``bigtx --trace``): where driver RSS goes.
 
 Splits the process's resident memory into the parts that can grow while one huge transaction
-is staged in chunks, sampled after every chunk file (``ChunkStore.write``, wrapped) and every
-``interval`` seconds by a thread:
+is staged in chunks, sampled at every spill step's start and after every chunk file (the
+engine's step observer hooks, ``replicator.pipeline.observe``) and every ``interval`` seconds
+by a thread:
 
 * ``rss``/``hwm``: ``VmRSS``/``VmHWM`` of the process (``/proc/self/status``);
 * ``arrow``: bytes the Arrow default pool has handed out (``bytes_allocated``), and the
@@ -13,14 +14,15 @@ is staged in chunks, sampled after every chunk file (``ChunkStore.write``, wrapp
 * glibc ``mallinfo2``: ``heap`` (main + thread arenas, bytes from ``brk``/``mmap`` for small
   requests), ``mmapped`` (large ``mmap`` blocks), ``used`` / ``free`` (in-use / free bytes
   inside the arenas: ``free`` that stays high is fragmentation or retained pages);
-* ``queued``: events the source reader has handed over that the run loop has not taken yet
-  (read ahead), ``held``: events the batcher holds in memory, ``spilling``: during a chunk's
-  staging (sampled at its start, ``spill``, and after its file, ``chunk``);
+* ``queued_events``: events the source reader has handed over that the run loop has not
+  taken yet (read ahead; traces before 2026-11-27 have ``queued``, in reader items of up to
+  ``CHUNK_EVENTS`` events), ``held``: events the batcher holds in memory, ``spilling``: the
+  events a spill step stages (sampled at its start, ``spill``, and after each file, ``chunk``);
 * with ``tracemalloc`` on (``BIGTX_TRACEMALLOC=1``, slow): ``traced``, the bytes Python
   allocations hold, and at the end the source lines whose allocations grew most between the
   5th chunk and the last.
 
-Nothing in the engine changes: the wrapper only reads counters. Lines go to ``path`` as JSON.
+Nothing in the engine changes: the observer only reads counters. Lines go to ``path`` as JSON.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from replicator.pipeline.observe import StepObserver
 
 _MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
                      "uordblks", "fordblks", "keepcost")  # fmt: skip
@@ -92,7 +97,9 @@ def _status() -> dict[str, int]:
     return out
 
 
-class MemTrace:
+class MemTrace(StepObserver):
+    """A step observer that samples the process's memory at the engine's spill steps."""
+
     def __init__(self, path: str, interval: float = 0.5) -> None:
         # Open for the process's life (closed by ``finish``), line-buffered: a killed run keeps its lines.
         self.out = Path(path).open("w", buffering=1)  # noqa: SIM115
@@ -102,8 +109,9 @@ class MemTrace:
         self.lock = threading.Lock()
         self.tracing = os.environ.get("BIGTX_TRACEMALLOC") == "1"
         self.first_snapshot: tracemalloc.Snapshot | None = None
-        self.reader: Any = None
-        self.batcher: Any = None
+        # Gauges the run loop hands over when it starts (``run_started``).
+        self.queued: Callable[[], int] | None = None
+        self.held: Callable[[], int] | None = None
         if self.tracing:
             tracemalloc.start(8)
 
@@ -118,10 +126,8 @@ class MemTrace:
             "file": st.get("RssFile"), "arrow": pool.bytes_allocated(), "arrow_max": pool.max_memory(),
             "arrow_backend": pool.backend_name, "py_blocks": sys.getallocatedblocks(), **_mallinfo(), **extra,
         }  # fmt: skip
-        if self.reader is not None:
-            row["queued"] = self.reader._events_put - self.reader._events_taken
-        if self.batcher is not None:
-            row["held"] = self.batcher._count
+        if self.queued is not None and self.held is not None:
+            row["queued_events"], row["held"] = self.queued(), self.held()
         if event != "tick":
             row.update(_pymalloc_arenas())
         if self.tracing:
@@ -130,38 +136,21 @@ class MemTrace:
             if not self.out.closed:
                 self.out.write(json.dumps(row) + "\n")
 
-    def install(self) -> None:
-        from replicator.pipeline import batcher, chunks, reader, spill
+    # -- the step observer's hooks (``replicator.pipeline.observe``) ------------------------
+    def run_started(self, *, queued: Callable[[], int], held: Callable[[], int]) -> None:
+        self.queued, self.held = queued, held
 
-        trace = self
-        reader_init, batcher_init, spill_call = reader.SourceReader.__init__, batcher.Batcher.__init__, spill.Spiller.__call__
+    def spill_started(self, events: int) -> None:
+        self.sample("spill", spilling=events)
 
-        def traced_reader(obj: Any, *args: Any, **kwargs: Any) -> None:
-            reader_init(obj, *args, **kwargs)
-            trace.reader = obj
+    def chunk_written(self, table: str, *, rows: int, seconds: float) -> None:
+        self.chunks += 1
+        self.sample("chunk")
+        if self.tracing and self.chunks == 5:
+            self.first_snapshot = tracemalloc.take_snapshot()
 
-        def traced_batcher(obj: Any, *args: Any, **kwargs: Any) -> None:
-            batcher_init(obj, *args, **kwargs)
-            trace.batcher = obj
-
-        def traced_spill(obj: Any, events: Any) -> None:
-            trace.sample("spill", spilling=sum(map(len, events.values())))
-            spill_call(obj, events)
-
-        reader.SourceReader.__init__ = traced_reader  # type: ignore[method-assign,assignment]
-        batcher.Batcher.__init__ = traced_batcher  # type: ignore[method-assign,assignment]
-        spill.Spiller.__call__ = traced_spill  # type: ignore[method-assign,assignment]
-        write = chunks.ChunkStore.write
-
-        def traced_write(store: Any, *args: Any, **kwargs: Any) -> str:
-            location = write(store, *args, **kwargs)
-            trace.chunks += 1
-            trace.sample("chunk")
-            if trace.tracing and trace.chunks == 5:
-                trace.first_snapshot = tracemalloc.take_snapshot()
-            return location
-
-        chunks.ChunkStore.write = traced_write  # type: ignore[method-assign,assignment]
+    def start(self) -> None:
+        """Start the ``tick`` sampler thread."""
         threading.Thread(target=self._loop, name="memtrace", daemon=True).start()
 
     def _loop(self) -> None:
@@ -197,7 +186,8 @@ def summary(path: Path, every: int = 10) -> str:
         return (f"{r['event']:5} t={r['t']:7.1f}s chunks={r['chunks']:4} rss={r['rss'] / mib:6.1f}"
                 f" python_blocks={r['py_blocks'] // 1000:5}k python_arenas={r.get('arenas', '-')!s:>4} python_bytes={r.get('py_bytes', 0) / mib:6.1f}"
                 f" glibc_heap={r.get('heap', 0) / mib:5.1f} arrow={r['arrow'] / mib:5.1f}"
-                f" anon_outside_glibc={other:6.1f} queued_items={r.get('queued', '-')}")  # fmt: skip
+                f" anon_outside_glibc={other:6.1f} queued_items={r.get('queued', '-')}"
+                f" queued_events={r.get('queued_events', '-')}")  # fmt: skip
 
     peak = max(rows, key=lambda r: r["rss"])
     out = [f"peak RSS {peak['rss'] / mib:.1f} MiB at t={peak['t']}s after chunk {peak['chunks']}:", line(peak)]

@@ -4,6 +4,7 @@ module import cycles anywhere in the engine's packages."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,10 +17,10 @@ RANK = {
     "replicator": 0,  # the package root: version only
     "replicator.errors": 1,
     "replicator.secrets": 1,
+    "replicator.text": 1,
     "replicator.retry": 2,
     "replicator.config": 2,
     "replicator.events": 2,
-    "replicator.crashpoints": 2,
     "replicator.faults": 2,
     "replicator.jars": 2,
     "replicator.checkpoint": 3,
@@ -67,6 +68,20 @@ def import_graph() -> dict[str, set[str]]:
 def test_every_layer_is_known() -> None:
     unknown = {layer(m) for m in import_graph()} - set(RANK)
     assert not unknown, f"add these packages to RANK (and docs/architecture.md): {unknown}"
+
+
+def test_the_package_map_of_the_docs_is_the_rank_table() -> None:
+    """docs/architecture.md's package map names every layer of ``RANK``, at its rank, and
+    nothing that is gone from the tree."""
+    doc = (ROOT / "docs" / "architecture.md").read_text().split("## Package map", 1)[1].split("\n## ", 1)[0]
+    documented: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d+) \| ([^|]+) \|", doc, flags=re.MULTILINE):
+        for path in re.findall(r"`([\w/.]+)`", row[1]):
+            name = path.removesuffix("/").removesuffix("/__init__.py").removesuffix(".py").replace("/", ".")
+            documented[name] = int(row[0])
+    assert documented == RANK
+    gone = [m for m in RANK if not (ROOT / m.replace(".", "/")).is_dir() and not (ROOT / f"{m.replace('.', '/')}.py").exists()]
+    assert not gone, f"in RANK but not in the tree: {gone}"
 
 
 def test_layers_import_downward_only() -> None:

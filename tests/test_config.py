@@ -359,3 +359,14 @@ source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode: positional}
 """))
     assert "iceberg.delete_mode" in str(exc.value) and "'equality' or 'position'" in str(exc.value)
+
+
+def test_spark_settings_from_yaml_scalars_are_strings(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, """
+source: {type: debezium-json, path: in}
+iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
+spark: {conf: {spark.sql.adaptive.enabled: false, spark.sql.shuffle.partitions: 4, spark.x: 0.5, spark.y: "z"}}
+"""))
+    assert cfg.spark.conf == {
+        "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.x": "0.5", "spark.y": "z",
+    }  # fmt: skip

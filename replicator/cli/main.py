@@ -10,12 +10,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replicator import __version__
 from replicator.cli.logs import setup_logging
 from replicator.config import load_config
 from replicator.errors import ConfigError, ReplicatorError
 from replicator.secrets import scrub
+
+if TYPE_CHECKING:
+    from replicator.pipeline.observe import StepObserver
 
 # The exit codes of `replicator run` (README "Exit codes"; each declared once, here).
 EXIT_OK = 0
@@ -125,13 +129,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, steps: StepObserver | None = None) -> int:
+    """The command line. ``steps``: a step observer for ``run`` (benchmarks measure the
+    engine with it, ``replicator.pipeline.observe``)."""
     args = _parser().parse_args(argv)
     setup_logging(args.verbose, args.log_format)
     try:
         cfg = load_config(args.config)
         if args.command == "run":
-            return _run(cfg, args)
+            return _run(cfg, args, steps)
         if args.command == "status":
             return _status(cfg, rows=args.rows)
         if args.command == "diff":
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _run(cfg, args: argparse.Namespace, steps: StepObserver | None = None) -> int:  # type: ignore[no-untyped-def]
     from replicator.pipeline.runner import Replicator
 
     stop = threading.Event()
@@ -169,7 +175,7 @@ def _run(cfg, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
         observer.serve(listen)
     try:
         with _stop_on_signals(stop) as install:
-            rep = Replicator(cfg, engine=args.engine, observer=observer, stop=stop)
+            rep = Replicator(cfg, engine=args.engine, observer=observer, stop=stop, steps=steps)
             install()  # again: creating the SparkContext puts pyspark's own SIGINT handler in
             s = rep.run(until_idle=args.until_idle, max_batches=args.max_batches)
     finally:

@@ -11,6 +11,7 @@ from pyiceberg.table import Table
 from replicator.checkpoint import read_checkpoint
 from replicator.iceberg.tables import SOURCE_TABLE_PROPERTY
 from replicator.storage.fileio import file_io_properties
+from replicator.text import text_table
 from spark.s3a import configure_spark
 
 
@@ -71,8 +72,4 @@ def format_reports(reports: list[TableReport]) -> str:
         ]
         for r in reports
     ]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=False)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(lines)
+    return "\n".join(text_table(head, rows))

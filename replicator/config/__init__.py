@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -125,22 +126,12 @@ class IcebergConfig(_Strict):
     @field_validator("sort_by")
     @classmethod
     def _sort_fields(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        for table, fields in v.items():
-            for text in fields:
-                if not _SORT_FIELD.match(text):
-                    raise ValueError(f"sort_by of {table}: {text!r} is not 'column', 'column asc' or 'column desc'")
-        return v
+        return _each_field(v, "sort_by", _check_sort_field)
 
     @field_validator("partition_by")
     @classmethod
     def _partition_fields(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        for table, fields in v.items():
-            for text in fields:
-                try:
-                    parse_partition_field(text)
-                except ValueError as exc:
-                    raise ValueError(f"partition_by of {table}: {exc}") from None
-        return v
+        return _each_field(v, "partition_by", parse_partition_field)
 
     @field_validator("warehouse")
     @classmethod
@@ -213,15 +204,38 @@ class IcebergConfig(_Strict):
         return " ".join(parts)
 
 
+def _check_sort_field(text: str) -> None:
+    if not _SORT_FIELD.match(text):
+        raise ValueError(f"{text!r} is not 'column', 'column asc' or 'column desc'")
+
+
+def _each_field(
+    per_table: dict[str, list[str]], option: str, check: Callable[[str], object]
+) -> dict[str, list[str]]:
+    """``per_table`` unchanged once ``check`` accepts every field text of every table."""
+    for table, fields in per_table.items():
+        for text in fields:
+            try:
+                check(text)
+            except ValueError as exc:
+                raise ValueError(f"{option} of {table}: {exc}") from None
+    return per_table
+
+
+def _property_string(value: object) -> object:
+    """A YAML scalar as the string a property map takes (YAML reads ``true`` / ``30`` as a
+    bool / number; pyiceberg and Spark take ``"true"`` / ``"30"``); anything else as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int | float) else value
+
+
 def _as_properties(mapping: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         name = f"{where}{key}"
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, int | float):
-            value = str(value)
-        elif isinstance(value, dict):
+        value = _property_string(value)
+        if isinstance(value, dict):
             value = _as_properties(value, name + ".")
         elif not isinstance(value, str):
             raise ValueError(f"catalog property {name!r} must be a string, number, boolean or mapping")
@@ -267,13 +281,7 @@ class SparkConfig(_Strict):
     @classmethod
     def _conf_strings(cls, value: Any) -> Any:
         # YAML gives numbers and booleans; Spark takes every setting as a string.
-        if isinstance(value, dict):
-            return {
-                str(k): ("true" if v is True else "false" if v is False else str(v))
-                if isinstance(v, bool | int | float) else v
-                for k, v in value.items()
-            }
-        return value
+        return {str(k): _property_string(v) for k, v in value.items()} if isinstance(value, dict) else value
 
     @property
     def local(self) -> bool:

@@ -52,7 +52,7 @@ from pyiceberg.table.update import (
 
 from replicator.errors import CommitConflictError, CommitStateUnknownError
 from replicator.iceberg import puffin
-from replicator.iceberg.commit_checks import check_properties
+from replicator.iceberg.commit_checks import check_expected_head, check_properties
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
 from replicator.iceberg.manifest_merge import merge_small_manifests
 from replicator.iceberg.manifest_schema import (
@@ -162,18 +162,12 @@ def commit_files(
     ``CommitConflictError`` when the branch moved; ``ValueError`` on invalid input.
     """
     metadata = table.metadata
-    version = _version(metadata)
     vectors = {p: v for p, v in (deletion_vectors or {}).items() if v.size}
-    _check_inputs(version, data_files, delete_files, vectors)
+    _check_inputs(metadata, data_files, delete_files, vectors, spec_ids or {})
     if set(remove) & {f.file_path for f in (*data_files, *delete_files)}:
         raise ValueError("a file is both removed and added")
-    head = metadata.snapshot_by_name(branch)
+    head = check_expected_head(table, expected_parent_snapshot_id, branch)
     head_id = head.snapshot_id if head is not None else None
-    if head_id != expected_parent_snapshot_id:
-        raise CommitConflictError(
-            f"branch {branch!r} is at snapshot {head_id}, expected {expected_parent_snapshot_id}",
-            table=".".join(table.name()),
-        )
     properties = dict(snapshot_properties or {})
     check_properties(properties)
     parent = read_manifest_list(table.io, head.manifest_list) if head is not None else []
@@ -217,11 +211,14 @@ def _version(metadata: TableMetadata) -> FormatVersion:
 
 
 def _check_inputs(
-    version: FormatVersion,
+    metadata: TableMetadata,
     data_files: Sequence[ContentFile],
     delete_files: Sequence[ContentFile],
     vectors: Mapping[str, Positions],
+    spec_ids: Mapping[str, int],
 ) -> None:
+    """Contents, partition specs and uniqueness of the files one commit adds."""
+    version = _version(metadata)
     for f in data_files:
         if f.content != FileContent.DATA:
             raise ValueError(f"{f.file_path}: data_files entry has content {f.content.name}")
@@ -234,6 +231,15 @@ def _check_inputs(
             raise ValueError(f"{f.file_path}: a v3 table takes deletion vectors, not position delete files")
     if vectors and version < 3:
         raise ValueError("deletion vectors need format-version 3")
+    specs = metadata.specs()
+    for f in (*data_files, *delete_files):
+        # Any spec of the table: files written before a spec change keep theirs, and
+        # equality deletes use the unpartitioned one (``partitions``).
+        spec_id = spec_ids.get(f.file_path, metadata.default_spec_id)
+        if spec_id not in specs:
+            raise ValueError(f"{f.file_path}: spec id {spec_id} is not a spec of the table")
+        if len(f.partition) != len(specs[spec_id].fields):
+            raise ValueError(f"{f.file_path}: partition {f.partition!r} does not fit spec {spec_id}")
     paths = [f.file_path for f in (*data_files, *delete_files)]
     if len(paths) != len(set(paths)):
         raise ValueError("a file is listed more than once in one commit")

@@ -27,13 +27,12 @@ from replicator.iceberg.commit_checks import (
     UNSET,
     _Unset,
     check_expected_head,
-    check_files,
     check_properties,
 )
 from replicator.iceberg.table_commit import commit_batch
 
 __all__ = [
-    "MANIFESTS_PER_CONTENT_MAX", "UNSET", "check_expected_head", "check_files", "check_properties",
+    "MANIFESTS_PER_CONTENT_MAX", "UNSET", "check_expected_head", "check_properties",
     "commit_row_delta",
 ]  # fmt: skip
 

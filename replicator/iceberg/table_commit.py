@@ -27,7 +27,7 @@ from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from replicator.checkpoint import CHECKPOINT_PROPERTY
-from replicator.iceberg.commit_checks import UNSET, _Unset, check_files, file_spec_id
+from replicator.iceberg.commit_checks import UNSET, _Unset, file_spec_id
 from replicator.iceberg.dv_commit import commit_files
 from replicator.iceberg.manifest_writer import content_file
 from replicator.iceberg.roaring import Positions, union
@@ -91,7 +91,6 @@ def commit_batch(
     On success ``table`` is advanced to the new snapshot, which is returned."""
     if vectors and not uses_vectors(table):
         raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
-    check_files(table, data_files, delete_files)
     if isinstance(expected_parent_snapshot_id, _Unset):
         head = table.metadata.snapshot_by_name(branch)
         expected_parent_snapshot_id = head.snapshot_id if head is not None else None
@@ -133,7 +132,6 @@ def commit_replace(
     deletes) are merged with the files' live ones."""
     if vectors and not uses_vectors(table):
         raise ValueError(f"{'.'.join(table.name())}: deletion vectors need format-version 3")
-    check_files(table, add_data, add_deletes)
     if data_sequence_number is not None and data_sequence_number < 0:
         raise ValueError(f"data_sequence_number {data_sequence_number} is negative")
     if len({f.file_path for f in remove}) != len(remove):

@@ -15,6 +15,7 @@ from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.iceberg.partitions import partition_key
 from replicator.maintenance import MAINTENANCE_SUMMARY_KEY
 from replicator.maintenance.common import read_last_maintenance
+from replicator.text import text_table
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,4 @@ def format_health(rows: list[TableHealth], now_ms: int | None = None) -> str:
         ]  # fmt: skip
         for h in rows
     ]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in body]
-    return "\n".join(lines)
+    return "\n".join(text_table(head, body))

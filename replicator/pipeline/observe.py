@@ -1,5 +1,5 @@
 """What the apply path tells a step observer about its own work: typed callbacks at fixed
-points, each with the seconds the step took. The base class does nothing.
+points, most with the seconds the step took. The base class does nothing.
 
 This is for measurement (``benchmarks/harness.py`` splits a batch's time with it) without
 replacing names inside the engine's modules. It differs from ``replicator.metrics.observer``
@@ -9,7 +9,7 @@ one batch, on the run loop's thread, one call per table or per job, never per ev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from replicator.events.model import ChangeEvent
@@ -21,6 +21,19 @@ WrittenBy = Literal["spark", "driver"]
 
 class StepObserver:
     """The no-op step observer."""
+
+    def run_started(self, *, queued: Callable[[], int], held: Callable[[], int]) -> None:
+        """The run loop started. Gauges, readable from any thread while the run lasts:
+        ``queued()`` the events the source reader handed over that the loop has not taken
+        yet (read ahead), ``held()`` the events the batcher holds in memory."""
+
+    def spill_started(self, events: int) -> None:
+        """An open transaction outgrew the batch: its ``events`` held in memory go to the
+        spill step (``pipeline.spill``), which stages them to chunk files next."""
+
+    def chunk_written(self, table: str, *, rows: int, seconds: float) -> None:
+        """One chunk file of a spilled transaction was written for ``table`` (source table);
+        ``seconds`` the write's."""
 
     def events_staged(self, table: str, seconds: float) -> None:
         """A table's events were turned into an Arrow table (``staging.stage_events``)."""

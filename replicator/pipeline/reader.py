@@ -129,6 +129,12 @@ class SourceReader:
             except queue.Empty:
                 return
 
+    @property
+    def queued(self) -> int:
+        """Events handed over that the run loop has not taken yet (from any thread: a
+        momentary misread is possible; for measurement)."""
+        return self._changes_put - self._changes_taken
+
     def events_waiting(self) -> bool:
         """Changes were handed over that the run loop has not taken yet (an idle
         maintenance slice then stops starting steps)."""

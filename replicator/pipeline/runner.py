@@ -297,6 +297,7 @@ class Replicator:
             self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
             keepalive_seconds=self.source.keepalive_seconds, transform=self.columns, held=lambda: batcher.held,
         )  # fmt: skip
+        self.env.steps.run_started(queued=lambda: reader.queued, held=lambda: batcher.held)
         reader.start()
         try:
             while True:

@@ -16,6 +16,7 @@ in memory: such a transaction stops its table with a clear reason instead of gue
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from replicator.errors import SchemaChangeError
@@ -40,6 +41,7 @@ class Spiller:
         self.chunks = 0  # chunk files written (tests, logs)
 
     def __call__(self, events: Mapping[str, Sequence[ChangeEvent]]) -> None:
+        self.env.steps.spill_started(sum(map(len, events.values())))
         for table, evs in events.items():
             if evs:
                 self._spill_table(table, evs)
@@ -84,7 +86,9 @@ class Spiller:
             return
         table = renumbered(staged.table, spilled.rows)
         spilled.moved_again |= deferred_key_moves(table, state.key_columns, spilled.moved_to)
+        started = time.perf_counter()
         self.store.write(table, spilled.prefix, file_io_properties(state.table.io.properties))
+        env.steps.chunk_written(spilled.table, rows=table.num_rows, seconds=time.perf_counter() - started)
         spilled.added(table.schema, table.num_rows)
         self.chunks += 1
         env.crash("chunk-staged")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from replicator.text import text_table
 from replicator.verify.model import EXIT_CANNOT_DIFF, DiffReport, TableResult
 
 
@@ -66,16 +66,7 @@ def to_text(report: DiffReport) -> str:
         ]  # fmt: skip
         for t in report.tables
     ]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=False)]
-    right = {2, 3, 4, 5, 6}
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-    lines.append(fmt(head))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += [fmt(r) for r in rows]
+    lines += text_table(head, rows, right={2, 3, 4, 5, 6})
     for t in report.tables:
         lines += _details(t)
     return "\n".join(lines)

@@ -90,3 +90,62 @@ def test_rest_catalog_session_attribute() -> None:
     """9: ``catalog`` mounts its timeout adapters on the REST catalog's requests session."""
     source = inspect.getsource(RestCatalog)
     assert "self._session" in source, "RestCatalog._session is gone"
+
+
+# A private name pyiceberg defines: ``def _x``, ``class _X``, or an attribute it assigns
+# (``self._x = ...``, ``self._x: T = ...``); text, not an AST: 50 times cheaper, same names.
+_DEFINED = re.compile(r"(?:def|class)\s+(_\w+)|\.(_\w+)\s*(?::[^=\n]*)?=(?!=)")
+
+
+def _pyiceberg_private_names() -> set[str]:
+    """Every private name pyiceberg defines: functions, classes, attributes it assigns."""
+    names: set[str] = set()
+    for path in Path(pyiceberg.__file__).parent.rglob("*.py"):
+        names |= {m.group(1) or m.group(2) for m in _DEFINED.finditer(path.read_text())}
+    return {n for n in names if not n.startswith("__")}
+
+
+def _private_uses(tree: ast.Module) -> set[str]:
+    """Private names a module reaches on objects not its own: ``x._name`` (x not ``self`` /
+    ``cls``), ``super()._name``, ``getattr(x, "_name")``, and ``self._name`` inside a class
+    with a base imported from pyiceberg."""
+    from_pyiceberg = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pyiceberg")
+        for a in node.names
+    }  # fmt: skip
+    subclass_nodes = {
+        id(inner)
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef) and any(ast.unparse(b) in from_pyiceberg for b in cls.bases)
+        for inner in ast.walk(cls)
+    }  # fmt: skip
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if ast.unparse(node.value) not in ("self", "cls") or id(node) in subclass_nodes:
+                found.add(node.attr)
+        elif (
+            isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+        ):  # fmt: skip
+            found.add(str(node.args[1].value))
+    return found
+
+
+def test_the_list_is_complete() -> None:
+    """No private pyiceberg name is reached off the list, by attribute, ``super()`` or
+    ``getattr``, in any module of replicator/ or spark/ that names pyiceberg (a name of its
+    own that pyiceberg happens to use too would show here: rename it)."""
+    listed = {name.split(".")[-1] for name in _listed()}
+    theirs = _pyiceberg_private_names()
+    off: set[str] = set()
+    for root in (ROOT, ROOT.parent / "spark"):
+        for path in root.rglob("*.py"):
+            source = path.read_text()
+            if "pyiceberg" not in source:
+                continue
+            uses = _private_uses(ast.parse(source)) & theirs
+            off |= {f"{path.relative_to(ROOT.parent)}: {name}" for name in uses - listed}
+    assert not off, sorted(off)
