@@ -3,13 +3,15 @@ the server creates format-v3 tables and takes commits of v3 metadata written by 
 "table bucket" however refuses objects other than Parquet/Avro/JSON (``ACCESS_DENIED`` on a
 ``.puffin`` key anywhere in the table), so a deletion vector cannot be stored there. Both
 checked, not assumed: a batch without row deletes commits; one with a deletion vector fails
-on the Puffin write, before anything is committed."""
+on the Puffin write, before anything is committed, with a terminal error that names the table
+and the refused file and says what to do."""
 
 from __future__ import annotations
 
 import pytest
 
 from replicator.config import IcebergConfig
+from replicator.errors import TerminalError
 from replicator.events.model import ColumnSpec, TableSchema
 from replicator.iceberg.roaring import positions
 from replicator.iceberg.table_commit import commit_batch
@@ -38,7 +40,7 @@ def test_rest_catalog_creates_v3_tables_and_its_bucket_refuses_puffin_files(seaw
     assert sorted(loaded.scan().to_arrow().column("id").to_pylist()) == list(range(5))
 
     f2 = data_file(loaded, "f2", [(9, "x")])
-    with pytest.raises(OSError, match=r"\.puffin.*ACCESS_DENIED|ACCESS_DENIED.*\.puffin|puffin"):
+    with pytest.raises(TerminalError, match=r"(?s)refused the deletion-vector file .*\.puffin.*table=fmt_v3\.items.*format_version: 2"):
         commit_batch(loaded, data_files=[f2], delete_files=[], vectors={f1.file_path: positions([1])},
                      snapshot_properties={}, expected_parent_snapshot_id=loaded.current_snapshot().snapshot_id)  # type: ignore[union-attr]  # fmt: skip
     assert open_catalog(cfg).load_table("fmt_v3.items").current_snapshot() == loaded.current_snapshot()
