@@ -50,7 +50,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
-from replicator.errors import CommitConflictError, CommitStateUnknownError
+from replicator.errors import CommitConflictError, CommitStateUnknownError, TerminalError
 from replicator.iceberg import puffin
 from replicator.iceberg.commit_checks import check_expected_head, check_properties
 from replicator.iceberg.files import POSITION_DELETE_FILE_PATH_ID
@@ -73,6 +73,8 @@ from replicator.iceberg.manifest_writer import (
 from replicator.iceberg.roaring import Positions, union
 from replicator.iceberg.snapshot_summary import summary_properties
 from replicator.iceberg.table_updates import commit_table_updates, delete_files
+from replicator.retry import transient_error
+from replicator.secrets import scrub
 
 __all__ = ["Committed", "commit_files", "live_deletion_vectors", "vector_targets"]
 
@@ -496,6 +498,23 @@ def _replaced(entry: FileEntry, plan: _Plan) -> bool:
     return previous is not None and previous[1] == entry
 
 
+def _store_puffin(table: Table, location: str, data: bytes) -> None:
+    """Write the Puffin file; a refusal retrying cannot fix is a terminal error that says so."""
+    try:
+        with table.io.new_output(location).create(overwrite=True) as stream:  # unique name: no existence check
+            stream.write(data)
+    except OSError as exc:
+        if transient_error(exc) is not None:
+            raise
+        raise TerminalError(
+            f"the object store refused the deletion-vector file {location}: {scrub(str(exc))}",
+            table=".".join(table.name()),
+            hint="format version 3 stores row deletes as Puffin files; some object stores (S3 "
+            "'table buckets') accept only Parquet, Avro and JSON objects: use a general-purpose "
+            "bucket for the warehouse, or iceberg.format_version: 2",
+        ) from exc
+
+
 def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, ContentFile]:
     """One Puffin file with each target's vector merged with its previous one."""
     if not plan.vectors:
@@ -507,8 +526,7 @@ def _write_vectors(table: Table, plan: _Plan, written: list[str]) -> dict[str, C
     data, created = puffin.write_deletion_vectors(merged)
     location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.puffin")
     written.append(location)
-    with table.io.new_output(location).create(overwrite=True) as stream:  # unique name: no existence check
-        stream.write(data)
+    _store_puffin(table, location, data)
     return {
         c.referenced_data_file: ContentFile(
             content=FileContent.POSITION_DELETES,
