@@ -97,7 +97,7 @@ def _assert_equal(cfg_path: Path, dsn: str) -> None:
     assert_tables_equal(cfg_path, dsn, duckdb=False)  # Iceberg Java; DuckDB judges the e2e test
 
 
-@pytest.mark.slow  # ~1.5 min; retries are covered in make test by tests/test_retry.py and the lost-answer test
+@pytest.mark.slow  # ~3 min; retries are covered in make test by tests/test_retry.py and the lost-answer test
 def test_catalog_and_storage_unavailable_for_seconds(
     tmp_path: Path, pg_db: str, spark: Any, seaweed: PrivateSeaweed,
     proxies: tuple[FaultProxy, FaultProxy],
