@@ -6,6 +6,8 @@ machine (no I/O: the driver reads, stages, writes and commits; see ``driver.py``
     written --conflict--> re-read: checkpoint unchanged (only the head moved, e.g. maintenance)
                             -> the same files on the new head
                           checkpoint moved -> discard the files, plan again from the new checkpoint
+                          checkpoint moved to ours -> plan again WITHOUT discarding (an earlier
+                            copy of the request may have been applied: the files may be referenced)
     written --unknown--> re-read: the checkpoint is ours -> committed
                          else plan again WITHOUT discarding (the files may be referenced)
     written --stale--> (files bound to the head they were built on, which moved) re-read,
@@ -156,6 +158,12 @@ class TableCommit(Generic[S, F]):
             if after > self.max_attempts:
                 return moved._discard(None)
             return moved._commit()
+        if read.checkpoint == self.mine:
+            # A conflict, yet the table holds our checkpoint: the catalog may have applied an
+            # earlier copy of this very request (retried after an answer such as a gateway's
+            # 503 that came although it was applied). The files may be referenced: never
+            # discarded (orphan cleanup's job); the batch is in the table.
+            return dataclasses.replace(self, files=None)._plan(read, after)
         return self._discard(read)  # a conflict, the checkpoint moved: rebuild from it
 
     def _discard(self, keep: TableRead | None) -> tuple[TableCommit[S, F], Action[S, F]]:

@@ -58,8 +58,12 @@ MATRIX: list[Case] = [
      [*START, "commit f1@10#1", "reread", "commit f1@11#2", "reread", "commit f1@12#3"], Phase.COMMITTED),
     ("checkpoint moved: rebuild", World(script=["moved:2", "ok"]),
      [*START, "commit f1@10#1", "reread", "discard f1", "stage 3", "write f2", "commit f2@11#2"], Phase.COMMITTED),
-    ("checkpoint moved past the batch", World(script=["moved:3"]),
+    ("checkpoint moved past the batch", World(script=["moved:4"]),
      [*START, "commit f1@10#1", "reread", "discard f1"], Phase.ALREADY_APPLIED),
+    # our own checkpoint after a conflict: an earlier copy of the request may have been
+    # applied (the files may be referenced): nothing discarded
+    ("checkpoint moved to ours", World(script=["moved:3"]),
+     [*START, "commit f1@10#1", "reread"], Phase.ALREADY_APPLIED),
     # --- position deletes bound to the head they were built on (delete_mode: position)
     ("head moved under position deletes: stage again", World(script=["stale", "ok"]),
      [*START, "commit f1@10#1", "reread", "discard f1", "stage 1,2,3", "write f2", "commit f2@11#2"],
@@ -73,6 +77,10 @@ MATRIX: list[Case] = [
     ("lost answer, ours", World(script=["lost-ours"]), [*START, "commit f1@10#1", "reread"], Phase.COMMITTED),
     ("lost answer, not ours: rebuild, files kept", World(script=["lost-theirs", "ok"]),
      [*START, "commit f1@10#1", "reread", "stage 1,2,3", "write f2", "commit f2@10#2"], Phase.COMMITTED),
+    # a retried request finds its own earlier copy applied (a conflict): the snapshot
+    # references the files, so they are never discarded; the batch is in the table
+    ("conflict, our earlier copy applied", World(script=["conflict-ours"]),
+     [*START, "commit f1@10#1", "reread"], Phase.ALREADY_APPLIED),
     ("lost answer, then head moved", World(script=["lost-theirs", "head", "ok"]),
      [*START, "commit f1@10#1", "reread", "stage 1,2,3", "write f2", "commit f2@10#2", "reread",
       "commit f2@11#3"], Phase.COMMITTED),

@@ -52,7 +52,9 @@ class World:
     commit moved the checkpoint to N: a conflict); ``lost-ours`` / ``lost-theirs`` (the
     answer is lost; the catalog did / did not take ours); ``crash-before`` / ``crash-after``
     (the process dies before sending / after the catalog took it); ``stale`` (another writer
-    committed and the files name rows by position in the old head: not sent)."""
+    committed and the files name rows by position in the old head: not sent);
+    ``conflict-ours`` (the catalog took ours, yet the answer is a conflict: a request retried
+    after an answer such as a gateway's 503 that came although the catalog had applied it)."""
 
     checkpoint: Checkpoint | None = field(default_factory=lambda: cp(0))
     head: int | None = 10
@@ -81,11 +83,13 @@ class World:
         step, *rest = self.script.pop(0).split(":")
         if step == "crash-before":
             raise Crash
-        if step in ("ok", "lost-ours", "crash-after"):
+        if step in ("ok", "lost-ours", "crash-after", "conflict-ours"):
             assert action.parent_id == self.head, "a commit on a stale head must be refused"
             self.checkpoint, self.head = action.checkpoint, (self.head or 0) + 1
             if step == "crash-after":
                 raise Crash
+            if step == "conflict-ours":
+                return CommitAnswer.CONFLICT
             return CommitAnswer.OK if step == "ok" else CommitAnswer.UNKNOWN
         if step == "lost-theirs":
             return CommitAnswer.UNKNOWN

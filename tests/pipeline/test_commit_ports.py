@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 
 import replicator.pipeline.apply as apply_mod
 from replicator.checkpoint import Checkpoint, checkpoint_commit_properties, read_checkpoint
-from replicator.errors import CommitStateUnknownError, FencedError
+from replicator.errors import CommitConflictError, CommitStateUnknownError, FencedError
 from tests.judges import duckdb_rows
 from tests.maintenance.support import config, feed, mixed, run, table
 from tests.pipeline.dbz import ChangeLog
@@ -109,6 +109,24 @@ def test_lost_answer_that_was_ours_is_not_applied_twice(tmp_path: Path, monkeypa
     run(cfg)
     listed, on_disk = _files(_judge(cfg, log))
     assert taken <= listed and on_disk == listed
+
+
+def test_conflict_after_our_own_copy_was_applied_keeps_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    """A retried request (after e.g. a gateway's 503 that came although the catalog applied
+    it) is refused as a conflict: the table holds our checkpoint and references our files."""
+    taken: set[str] = set()
+
+    def applied_then_conflict(t: Table, real: Real, kwargs: dict[str, Any]) -> Any:
+        taken.update(_names(kwargs))
+        real(t, **kwargs)
+        raise CommitConflictError("the retried request's requirements failed")
+
+    log, cfg = _engine_with(tmp_path, monkeypatch, 3, applied_then_conflict, version)
+    run(cfg)
+    listed, on_disk = _files(_judge(cfg, log))
+    assert taken <= listed and on_disk == listed  # referenced, so never deleted
 
 
 def test_lost_answer_that_was_not_ours_rebuilds_and_keeps_the_files(
