@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFileContent
@@ -577,7 +578,9 @@ def _stage_spec(state: TableState, plan: BatchPlan, positions: Positions | None 
             data_location=f"{table.location().rstrip('/')}/data",
             batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}",
             data_schema=schema_to_pyarrow(schema),
-            equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
+            # A keyless table is never written an equality delete (its mapper has none).
+            equality_schema=pa.schema([]) if state.keyless
+            else equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
             position_schema=position_delete_arrow_schema(),
             partition=partition_plan(table.metadata.spec(), schema),
             sort_by=sort_columns(table),
