@@ -47,7 +47,7 @@ from typing import Any
 import psycopg
 
 from replicator.checkpoint import Checkpoints
-from replicator.errors import TerminalError, TransientError
+from replicator.errors import SourceSetupError, TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.sources.base import LogPosition, RetainedLog
@@ -287,6 +287,15 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         # committed anywhere) stays one snapshot before streaming.
         new = [t for t in order if committed and t.qualified not in initial
                and _lsn(committed.get(t.qualified)) != snap_lsn]  # fmt: skip
+        late = sorted(t.qualified for t in new if t.qualified in self.keyless_tables)
+        if late:
+            raise SourceSetupError(
+                f"{', '.join(late)} (source.keyless_tables) joined a pipeline that already streams: a table "
+                "without a primary key is copied only by the initial snapshot (a later copy overlaps the "
+                "stream, and without a key an overlapping row cannot be told from a duplicate)",
+                table=late[0],
+                hint="replicate it with its own slot and state_dir (a pipeline of its own), or give it a key",
+            )
         asm = self._asm
         path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
         if self._standby is not None and path is not None:
