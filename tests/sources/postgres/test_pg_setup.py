@@ -40,6 +40,30 @@ def test_default_selection_and_publication(
     ]
 
 
+def test_keyless_tables_are_checked(
+    sql: Callable[..., Any], make_source: Callable[..., Any], pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``source.keyless_tables``: listed by default, a keyed table refused, a table that is
+    not REPLICA IDENTITY FULL accepted for its inserts with a warning naming the fix."""
+    sql("CREATE TABLE logs (x int); CREATE TABLE hist (x int) ; ALTER TABLE hist REPLICA IDENTITY FULL;"
+        "CREATE TABLE k (id int PRIMARY KEY)")
+    with psycopg.connect(pg_dsn) as conn:
+        names = [t.qualified for t in setup.list_tables(conn, None, {"public.logs"})]
+    assert "public.logs" in names and "public.hist" not in names
+    src = make_source(tables=["logs", "hist"], keyless_tables=["public.logs", "public.hist"])
+    caplog.set_level("WARNING", logger="replicator.sources.postgres.setup")
+    src.start(Checkpoints.at({}))
+    assert any("public.logs has no primary key and REPLICA IDENTITY DEFAULT" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert not any("public.hist has no primary key" in r.getMessage() for r in caplog.records)
+    src.close()
+    with pytest.raises(SourceSetupError, match="has a key") as err:
+        make_source(tables=["k"], keyless_tables=["public.k"]).start(Checkpoints.at({}))
+    assert err.value.table == "public.k"
+    with pytest.raises(SourceSetupError, match="no such table is replicated"):
+        make_source(tables=["k"], keyless_tables=["public.nothere"]).start(Checkpoints.at({}))
+
+
 @pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
 def test_table_without_key_is_refused_with_the_exact_fix(
     sql: Callable[..., Any], make_source: Callable[..., Any], identity: str
