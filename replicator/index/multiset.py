@@ -10,8 +10,10 @@ copies of one image are numbered ``0 .. n-1``, densely, always:
 * rows a batch adds are numbered on from what is left: ``n - removed``, ``n - removed + 1``...;
 * a rebuild numbers each image's copies in file order.
 
-So "where are the live rows equal to this image" is a probe of copy 0, 1, 2, ... until one is
-absent (``live_copies``), each probe a batch lookup of every image still open. A commit the
+So "how many live rows equal this image" is a search over copy numbers (``copy_counts``:
+an exponential probe then a binary search, each step one batched lookup of every image
+still open), and a batch that updates or deletes an image k times looks up its top k copies
+only (``live_copies``). A commit the
 index cannot follow row by row (another writer's, maintenance's) is followed by a rebuild,
 since its deleted rows' copy numbers are unknown: compaction of a keyless table costs a full
 read of it at the next batch.
@@ -31,9 +33,10 @@ from ops_mapping.contract import (
     TABLE_ROW_POS_COLUMN,
 )
 from ops_mapping.row_identity import row_fingerprints
+from replicator.index.errors import StaleIndexError
 from replicator.index.pk_index import FileRows, PrimaryKeyIndex
 
-__all__ = ["COPY_COLUMN", "copy_keys", "live_copies", "number_copies", "numbered_files"]
+__all__ = ["COPY_COLUMN", "copy_counts", "copy_keys", "live_copies", "number_copies", "numbered_files", "unique_images"]
 
 COPY_COLUMN = "__rep_copy"  # which live copy of its image a row is (0 .. n-1)
 _KEY_NAMES = [ROW_ID_HI_COLUMN, ROW_ID_LO_COLUMN, COPY_COLUMN]
@@ -48,42 +51,68 @@ def copy_keys(hi: np.ndarray, lo: np.ndarray, copies: np.ndarray) -> pa.Table:
     )  # fmt: skip
 
 
-def _unique(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def unique_images(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct images (hi, lo) and, per row, the index of its image among them."""
     pairs = np.empty(len(hi), dtype=[("hi", np.uint64), ("lo", np.uint64)])
     pairs["hi"], pairs["lo"] = hi, lo
     uniq, inverse = np.unique(pairs, return_inverse=True)
     return uniq["hi"].copy(), uniq["lo"].copy(), inverse.reshape(-1)
 
 
-def live_copies(index: PrimaryKeyIndex, snapshot: int | None, hi: np.ndarray, lo: np.ndarray) -> pa.Table:
-    """Every live row equal to one of the images (``hi``, ``lo``) at ``snapshot``: columns
-    ``ROW_ID_HI_COLUMN``, ``ROW_ID_LO_COLUMN`` (uint64), ``COPY_COLUMN``, the file path and
-    position, sorted by image then copy (the mapper removes an image's last row first)."""
-    uhi, ulo, _inv = _unique(np.asarray(hi, np.uint64), np.asarray(lo, np.uint64))
-    parts: list[pa.Table] = []
-    open_ = np.arange(len(uhi))
-    copy = 0
-    while len(open_):
-        found = index.lookup(copy_keys(uhi[open_], ulo[open_], np.full(len(open_), copy)), snapshot)
-        hit = open_[found.found]
-        if len(hit):
-            paths = [found.paths[int(f)] for f in found.file_ids[found.found]]
-            parts.append(pa.table({
-                ROW_ID_HI_COLUMN: pa.array(uhi[hit], pa.uint64()), ROW_ID_LO_COLUMN: pa.array(ulo[hit], pa.uint64()),
-                COPY_COLUMN: pa.array(np.full(len(hit), copy), pa.int64()),
-                TABLE_ROW_PATH_COLUMN: pa.array(paths, pa.string()),
-                TABLE_ROW_POS_COLUMN: pa.array(found.positions[found.found], pa.int64()),
-            }))  # fmt: skip
-        open_ = hit
-        copy += 1
-    if not parts:
-        return pa.table({
-            ROW_ID_HI_COLUMN: pa.array([], pa.uint64()), ROW_ID_LO_COLUMN: pa.array([], pa.uint64()),
-            COPY_COLUMN: pa.array([], pa.int64()), TABLE_ROW_PATH_COLUMN: pa.array([], pa.string()),
-            TABLE_ROW_POS_COLUMN: pa.array([], pa.int64()),
-        })  # fmt: skip
-    rows = pa.concat_tables(parts)
-    return rows.sort_by([(ROW_ID_HI_COLUMN, "ascending"), (ROW_ID_LO_COLUMN, "ascending"), (COPY_COLUMN, "ascending")])
+def copy_counts(index: PrimaryKeyIndex, snapshot: int | None, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """How many live copies each image (``hi``, ``lo``, unique) has at ``snapshot``. Copies
+    are dense, so presence is monotonic in the copy number: an exponential probe then a
+    binary search, O(log n) batched lookups for an image with n copies."""
+    n = len(hi)
+    low = np.zeros(n, np.int64)  # copies below low are live
+    high = np.full(n, -1, np.int64)  # copy high is not (-1: not found yet)
+    probe = np.zeros(n, np.int64)
+    while (open_ := np.flatnonzero(high < 0)).size:
+        there = index.lookup(copy_keys(hi[open_], lo[open_], probe[open_]), snapshot).found
+        low[open_[there]] = probe[open_[there]] + 1
+        high[open_[~there]] = probe[open_[~there]]
+        probe[open_] = 2 * probe[open_] + 1
+    while (open_ := np.flatnonzero(low < high)).size:
+        mid = (low[open_] + high[open_]) // 2
+        there = index.lookup(copy_keys(hi[open_], lo[open_], mid), snapshot).found
+        low[open_[there]] = mid[there] + 1
+        high[open_[~there]] = mid[~there]
+    return low
+
+
+def live_copies(
+    index: PrimaryKeyIndex, snapshot: int | None, hi: np.ndarray, lo: np.ndarray, *, top: bool = True
+) -> pa.Table:
+    """The live rows equal to the images (``hi``, ``lo``; an image given k times: its top k
+    copies, ``top=False``: every copy) at ``snapshot``: columns ``ROW_ID_HI_COLUMN``,
+    ``ROW_ID_LO_COLUMN`` (uint64), ``COPY_COLUMN``, the file path and position, sorted by
+    image then copy (the mapper removes an image's last row first)."""
+    uhi, ulo, inv = unique_images(np.asarray(hi, np.uint64), np.asarray(lo, np.uint64))
+    counts = copy_counts(index, snapshot, uhi, ulo)
+    wanted = np.bincount(inv, minlength=len(uhi)) if top else counts
+    take = np.minimum(wanted, counts)
+    image = np.repeat(np.arange(len(uhi)), take)
+    first = np.repeat(counts - take, take)
+    copy = first + (np.arange(len(image)) - np.repeat(np.cumsum(take) - take, take))
+    if not len(image):
+        return _empty_copies()
+    found = index.lookup(copy_keys(uhi[image], ulo[image], copy), snapshot)
+    if not found.found.all():
+        raise StaleIndexError("index copies of a row image are not dense: rebuild the index")
+    paths = [found.paths[int(f)] for f in found.file_ids]
+    return pa.table({
+        ROW_ID_HI_COLUMN: pa.array(uhi[image], pa.uint64()), ROW_ID_LO_COLUMN: pa.array(ulo[image], pa.uint64()),
+        COPY_COLUMN: pa.array(copy, pa.int64()), TABLE_ROW_PATH_COLUMN: pa.array(paths, pa.string()),
+        TABLE_ROW_POS_COLUMN: pa.array(found.positions, pa.int64()),
+    })  # fmt: skip
+
+
+def _empty_copies() -> pa.Table:
+    return pa.table({
+        ROW_ID_HI_COLUMN: pa.array([], pa.uint64()), ROW_ID_LO_COLUMN: pa.array([], pa.uint64()),
+        COPY_COLUMN: pa.array([], pa.int64()), TABLE_ROW_PATH_COLUMN: pa.array([], pa.string()),
+        TABLE_ROW_POS_COLUMN: pa.array([], pa.int64()),
+    })  # fmt: skip
 
 
 def number_copies(hi: np.ndarray, lo: np.ndarray, first: dict[tuple[int, int], int] | None = None) -> np.ndarray:
@@ -91,7 +120,7 @@ def number_copies(hi: np.ndarray, lo: np.ndarray, first: dict[tuple[int, int], i
     (``first`` absent: 0)."""
     if not len(hi):
         return np.empty(0, np.int64)
-    uhi, ulo, inverse = _unique(np.asarray(hi, np.uint64), np.asarray(lo, np.uint64))
+    uhi, ulo, inverse = unique_images(np.asarray(hi, np.uint64), np.asarray(lo, np.uint64))
     base = np.zeros(len(uhi), np.int64)
     if first:
         base = np.array([first.get((int(h), int(lo_)), 0) for h, lo_ in zip(uhi, ulo, strict=True)], np.int64)

@@ -61,7 +61,14 @@ from replicator.index.from_table import (
     read_images,
     rebuild_from_table,
 )
-from replicator.index.multiset import COPY_COLUMN, copy_keys, live_copies, numbered_files
+from replicator.index.multiset import (
+    COPY_COLUMN,
+    copy_counts,
+    copy_keys,
+    live_copies,
+    numbered_files,
+    unique_images,
+)
 
 log = logging.getLogger(__name__)
 
@@ -334,16 +341,13 @@ class TableIndexes:
         if not files:
             return [], removed
         prints = [row_fingerprints(cols) for _p, cols, _q in files]
-        live = live_copies(index, index.snapshot_id, np.concatenate([h for h, _l in prints]),
-                           np.concatenate([lo for _h, lo in prints]))  # fmt: skip
-        first: dict[tuple[int, int], int] = {}
-        for h, lo_ in zip(live.column(ROW_ID_HI_COLUMN).to_pylist(), live.column(ROW_ID_LO_COLUMN).to_pylist(),
-                          strict=True):  # fmt: skip
-            first[(h, lo_)] = first.get((h, lo_), 0) + 1
+        uhi, ulo, _ = unique_images(np.concatenate([h for h, _l in prints]), np.concatenate([lo for _h, lo in prints]))
+        counts = copy_counts(index, index.snapshot_id, uhi, ulo)  # before this batch
+        first = {(int(h), int(lo_)): int(c) for h, lo_, c in zip(uhi, ulo, counts, strict=True) if c}
         if removed is not None:
             for h, lo_ in zip(removed.column(0).to_numpy().view(np.uint64).tolist(),
                               removed.column(1).to_numpy().view(np.uint64).tolist(), strict=True):  # fmt: skip
-                first[(h, lo_)] -= 1
+                first[(h, lo_)] = first.get((h, lo_), 0) - 1
         return list(numbered_files(files, first, prints)), removed
 
     def _batch_rows(

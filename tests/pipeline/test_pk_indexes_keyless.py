@@ -70,7 +70,9 @@ def test_copies_are_looked_up_in_order_removed_from_the_top_and_numbered_on(stat
     a = _data(state, "a", [(1, "x"), (1, "x"), (None, None), (1, "x")])
     _commit(state, [a])
     indexes = TableIndexes(tmp_path / "index")
-    assert _copies(indexes, state, [(1, "x")]) == [("a.parquet", 0, 0), ("a.parquet", 1, 1), ("a.parquet", 3, 2)]
+    # An image deleted k times: its top k copies, in copy order (the last one goes first).
+    assert _copies(indexes, state, [(1, "x")]) == [("a.parquet", 3, 2)]
+    assert _copies(indexes, state, [(1, "x")] * 5) == [("a.parquet", 0, 0), ("a.parquet", 1, 1), ("a.parquet", 3, 2)]
     assert _copies(indexes, state, [(None, None), (9, None)]) == [("a.parquet", 2, 0)]
 
     # Our batch deletes (1, x) twice and writes it once more: the mapper removes the top
@@ -86,11 +88,12 @@ def test_copies_are_looked_up_in_order_removed_from_the_top_and_numbered_on(stat
     dels = pos_deletes(state.table, "b-del", removed)
     parent, snap = _commit(state, [b], [dels])
     indexes.committed(state, parent, snap, [b], [dels], seen, truncate=False)
-    assert _copies(indexes, state, [(1, "x"), (2, "y")]) == [
+    assert _copies(indexes, state, [(1, "x"), (1, "x"), (2, "y")]) == [
         ("a.parquet", 0, 0), ("b.parquet", 0, 1), ("b.parquet", 1, 0)]  # fmt: skip
 
     # A new run reads it back; another writer's delete makes it rebuild, copies renumbered.
-    assert _copies(TableIndexes(tmp_path / "index"), state, [(1, "x")]) == [("a.parquet", 0, 0), ("b.parquet", 0, 1)]
+    assert _copies(TableIndexes(tmp_path / "index"), state, [(1, "x")] * 2) == [
+        ("a.parquet", 0, 0), ("b.parquet", 0, 1)]  # fmt: skip
     _commit(state, [], [pos_deletes(state.table, "other", [(a.file_path, 0)])])
-    assert _copies(indexes, state, [(1, "x")]) == [("b.parquet", 0, 0)]
+    assert _copies(indexes, state, [(1, "x")] * 2) == [("b.parquet", 0, 0)]
 
