@@ -1,12 +1,14 @@
 """Issue 26, item 6: a table without a primary key (``source.keyless_tables``), REPLICA
 IDENTITY FULL, full of duplicate rows (NULLs, NaN and -0.0 among them). Updates and deletes
 of ONE of several equal rows (by ctid) across batches and restarts, an insert and a delete
-of an equal row in one transaction; then an insert-only table without FULL. Spark (Iceberg
+of an equal row in one transaction, a transaction larger than a batch (staged in chunks);
+then an insert-only table without FULL. Spark (Iceberg
 Java) must read the same multiset as the source: ``count(*) GROUP BY`` every column, and no
 snapshot of the table ever references an equality-delete file."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from pathlib import Path
@@ -42,6 +44,11 @@ TX = [  # one transaction: an equal row inserted, then one copy of it deleted (e
     "INSERT INTO hist VALUES (3, -0.0, 'z')",
     "DELETE FROM hist WHERE ctid = " + one("a = 3 AND b = 0"),
     "UPDATE hist SET b = 1 WHERE ctid = " + one("a IS NULL AND b IS NULL"),
+]
+BIG = [  # one transaction larger than a batch (max_events 8): staged in chunks, then mapped in order
+    "INSERT INTO hist SELECT 5, 5.5, 'big' FROM generate_series(1, 12)",
+    "DELETE FROM hist WHERE ctid IN (SELECT ctid FROM hist WHERE a = 5 LIMIT 5)",
+    "UPDATE hist SET b = 6.5 WHERE ctid IN (SELECT ctid FROM hist WHERE a = 0 LIMIT 3)",
 ]
 AFTER_RESTART = [
     "DELETE FROM hist WHERE ctid = " + one("a = 1 AND c = 'x'"),
@@ -108,12 +115,14 @@ def test_keyless_table_is_the_source_multiset(
         "INSERT INTO logs VALUES (1, 'a'), (1, 'a')",
     )
     cfg_path = _config(tmp_path, pg_db, ["public.hist", "public.logs"], ["public.hist", "public.logs"])
+    caplog.set_level(logging.INFO, logger="replicator.pipeline.spill")
     _run(cfg_path, spark)
     _sql(pg_db, *FIRST)
     _sql(pg_db, *TX, one_tx=True)
     _sql(pg_db, "INSERT INTO logs VALUES (2, 'b'), (1, 'a')")
     _run(cfg_path, spark)  # a restart: the index is read back from state_dir
     _sql(pg_db, *AFTER_RESTART)
+    _sql(pg_db, *BIG, one_tx=True)
     _run(cfg_path, spark)
 
     catalog = open_catalog(load(cfg_path).iceberg)
@@ -123,6 +132,7 @@ def test_keyless_table_is_the_source_multiset(
     assert equality_deletes_in_history(t) == []
     assert table_health(t).position_delete_files > 0  # earlier batches' rows, by position
     assert not [r for r in caplog.records if "no live row equals" in r.getMessage()]
+    assert any("staging its changes in chunks" in r.getMessage() for r in caplog.records)  # BIG was spilled
     logs = catalog.load_table("cdc.logs")
     assert Counter(tuple(r) for r in spark.read.format("iceberg").load(logs.metadata_location)
                    .select("at", "msg").collect()) == Counter({(1, "a"): 3, (2, "b"): 1})  # fmt: skip
