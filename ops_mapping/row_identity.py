@@ -15,7 +15,8 @@ own equality where it differs from bit equality:
   blake2b digest of their bytes; any other type (lists, structs, maps) -> a digest of its
   canonical Python form.
 
-Two different rows share a fingerprint with probability ~n^2 * 2^-129 (blake2b-128).
+Words are mixed into two independent 64-bit chains (``fingerprint``, as the primary-key
+index's keys are); two different rows share all 128 bits with probability ~n^2 * 2^-129.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from hashlib import blake2b
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ops_mapping.fingerprint import digest_words, mix_words
 
 __all__ = ["RowFingerprints", "row_fingerprints", "row_identities"]
 
@@ -43,14 +46,7 @@ def row_fingerprints(columns: Sequence[pa.Array | pa.ChunkedArray]) -> RowFinger
         if len(col) != n:
             raise ValueError(f"columns differ in length: {len(col)} != {n}")
         words.extend(_column_words(_combined(col)))
-    matrix = np.ascontiguousarray(np.stack(words, axis=1).astype(np.uint64, copy=False))
-    width = matrix.shape[1] * 8
-    raw = memoryview(matrix.tobytes())
-    digests = b"".join(
-        [blake2b(raw[i * width : (i + 1) * width], digest_size=_DIGEST_BYTES).digest() for i in range(n)]
-    )
-    pairs = np.frombuffer(digests, dtype=np.uint64).reshape(-1, 2)
-    return pairs[:, 0].copy(), pairs[:, 1].copy()
+    return mix_words([np.asarray(w, np.uint64) for w in words], n)
 
 
 def row_identities(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[int]:
@@ -96,8 +92,7 @@ def _value_words(col: pa.Array) -> list[np.ndarray]:
     if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
             or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
             or pa.types.is_string_view(t) or pa.types.is_binary_view(t)):  # fmt: skip
-        values = [b"" if v is None else v for v in col.cast(pa.large_binary()).to_pylist()]
-        return _digests(values)
+        return digest_words(pc.fill_null(col.cast(pa.large_binary()), b""))
     return _digests([repr(_canonical(v)).encode() for v in col.to_pylist()])
 
 
