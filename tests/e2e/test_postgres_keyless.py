@@ -18,10 +18,12 @@ import psycopg
 import pytest
 import yaml
 
+from replicator.iceberg.dv_commit import live_deletion_vectors
 from replicator.iceberg.tables import open_catalog
 from replicator.maintenance.status import table_health
 from replicator.pipeline.runner import Replicator
 from tests.e2e.pg_support import load, write_config
+from tests.e2e.test_postgres_format_v3 import no_position_delete_parquet
 from tests.e2e.test_postgres_position_mode import equality_deletes_in_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -88,10 +90,11 @@ def _spark_counts(spark: Any, metadata_location: str) -> Counter[tuple[Any, ...]
     return out
 
 
-def _config(tmp_path: Path, dsn: str, tables: list[str], keyless: list[str]) -> Path:
+def _config(tmp_path: Path, dsn: str, tables: list[str], keyless: list[str], format_version: int) -> Path:
     path = write_config(tmp_path / "run", dsn, max_events=8, tables=tables)
     raw = yaml.safe_load(path.read_text())
     raw["source"]["keyless_tables"] = keyless
+    raw["iceberg"]["format_version"] = format_version
     raw["maintenance"] = {"enabled": False}
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -102,8 +105,11 @@ def _run(cfg_path: Path, spark: Any) -> None:
     assert summary.dead_letters == 0 and not summary.stopped, summary.stopped
 
 
+@pytest.mark.parametrize(
+    "format_version", [2, pytest.param(3, marks=pytest.mark.slow)], ids=["v2", "v3"]  # v3: make test-long
+)
 def test_keyless_table_is_the_source_multiset(
-    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture, format_version: int
 ) -> None:
     _sql(
         pg_db,
@@ -114,7 +120,8 @@ def test_keyless_table_is_the_source_multiset(
         "CREATE TABLE logs (at int, msg text)",  # insert only: REPLICA IDENTITY DEFAULT
         "INSERT INTO logs VALUES (1, 'a'), (1, 'a')",
     )
-    cfg_path = _config(tmp_path, pg_db, ["public.hist", "public.logs"], ["public.hist", "public.logs"])
+    cfg_path = _config(tmp_path, pg_db, ["public.hist", "public.logs"], ["public.hist", "public.logs"],
+                       format_version)  # fmt: skip
     caplog.set_level(logging.INFO, logger="replicator.pipeline.spill")
     _run(cfg_path, spark)
     _sql(pg_db, *FIRST)
@@ -130,7 +137,11 @@ def test_keyless_table_is_the_source_multiset(
     assert not t.schema().identifier_field_ids
     assert _spark_counts(spark, t.metadata_location) == _source_counts(pg_db, "hist")
     assert equality_deletes_in_history(t) == []
-    assert table_health(t).position_delete_files > 0  # earlier batches' rows, by position
+    if format_version == 3:  # every row delete is a deletion vector
+        assert t.format_version == 3 and live_deletion_vectors(t)
+        no_position_delete_parquet(t.metadata_location)
+    else:
+        assert table_health(t).position_delete_files > 0  # earlier batches' rows, by position
     assert not [r for r in caplog.records if "no live row equals" in r.getMessage()]
     assert any("staging its changes in chunks" in r.getMessage() for r in caplog.records)  # BIG was spilled
     logs = catalog.load_table("cdc.logs")
