@@ -228,3 +228,25 @@ def test_publication_of_partitions_is_refused_with_the_fix(
     sql("INSERT INTO ev VALUES (5, 1)")
     events = kit.drain(src, until=lambda ev: any(e.op == Op.CREATE for e in ev))
     assert {(e.table, e.op) for e in events} == {("public.ev", Op.CREATE)}  # not "public.ev_1"
+
+
+def test_a_resumed_snapshot_of_a_keyless_table_is_refused(
+    sql: Callable[..., Any], make_source: Callable[..., Any], tmp_path: Any
+) -> None:
+    """A keyless table is copied only by the slot's exported snapshot: a resumed (overlapping)
+    one would hand out rows that may already be in the table, indistinguishable from
+    duplicates. Refused at start, naming the table and the fix."""
+    sql("CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE h (x int);"
+        "INSERT INTO k SELECT generate_series(1, 30); INSERT INTO h VALUES (1), (1)")
+    state = tmp_path / "state"
+    first = make_source(tables=["k", "h"], keyless_tables=["public.h"], snapshot_chunk_rows=5,
+                        poll_max_messages=10, state_dir=state)  # fmt: skip
+    first.start(Checkpoints.at({}))
+    part = list(first.poll())
+    assert part and all(e.table == "public.k" for e in part)
+    first.acknowledge(part[-1].position)
+    first.close()  # killed mid-snapshot
+    second = make_source(tables=["k", "h"], keyless_tables=["public.h"], snapshot_chunk_rows=5, state_dir=state)
+    with pytest.raises(SourceSetupError, match="overlaps the stream") as err:
+        second.start(Checkpoints.at({"public.k": part[-1].position}))
+    assert err.value.table == "public.h" and "state_dir" in (err.value.hint or "")
