@@ -18,10 +18,12 @@ import psycopg
 import pytest
 import yaml
 
+from replicator.cli.main import main
 from replicator.iceberg.dv_commit import live_deletion_vectors
 from replicator.iceberg.tables import open_catalog
 from replicator.maintenance.status import table_health
 from replicator.pipeline.runner import Replicator
+from replicator.verify.model import EXIT_CANNOT_DIFF
 from tests.e2e.pg_support import load, write_config
 from tests.e2e.test_postgres_format_v3 import no_position_delete_parquet
 from tests.e2e.test_postgres_position_mode import equality_deletes_in_history
@@ -148,7 +150,11 @@ def test_keyless_table_is_the_source_multiset(
     assert Counter(tuple(r) for r in spark.read.format("iceberg").load(logs.metadata_location)
                    .select("at", "msg").collect()) == Counter({(1, "a"): 3, (2, "b"): 1})  # fmt: skip
 
-    # An update of the table without FULL stops it, naming it; the other table goes on.
+    # ``replicator diff`` compares keyed tables only: these are skipped, and it says so.
+    assert main(["diff", "--config", str(cfg_path), "--wait", "5"]) == EXIT_CANNOT_DIFF
+    assert any("not compared (no primary key" in r.getMessage() for r in caplog.records)
+
+    # Without FULL the server itself refuses an update or delete of the published table.
     _sql(pg_db, "ALTER TABLE hist REPLICA IDENTITY DEFAULT")
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
         _sql(pg_db, "DELETE FROM hist WHERE a = 0")  # the server itself refuses it
