@@ -20,6 +20,7 @@ from ops_mapping.contract import (
 from ops_mapping.errors import OpsMappingError
 from ops_mapping.key_map import KeyPositionMap
 from ops_mapping.mapper import BatchMapper
+from ops_mapping.multiset import MultisetMapper
 
 __all__ = [
     "AFTER_KEY_IN_TABLE_COLUMN",
@@ -33,6 +34,7 @@ __all__ = [
     "MappedTail",
     "MappingPolicy",
     "MappingStats",
+    "MultisetMapper",
     "OpsMappingError",
     "before_key_column",
 ]

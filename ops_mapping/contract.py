@@ -36,6 +36,11 @@ _POS_FIELD_ID = str(POSITION_DELETE_POS_ID).encode()
 TABLE_ROW_PATH_COLUMN = "__rep_file_path"
 TABLE_ROW_POS_COLUMN = "__rep_pos"
 
+# ``MultisetMapper(table_rows=...)`` (tables without a primary key): the rows are named by
+# their whole-row fingerprint (``row_identity``), two uint64 words, instead of key columns.
+ROW_ID_HI_COLUMN = "__rep_row_hi"
+ROW_ID_LO_COLUMN = "__rep_row_lo"
+
 POSITION_DELETE_INDEX_SCHEMA = pa.schema(
     [pa.field("file_index", pa.int32(), nullable=False), pa.field("pos", pa.int64(), False)]
 )
@@ -116,7 +121,8 @@ class MappingStats:
     equality_deletes: int
     data_files: int
     table_position_deletes: int = 0  # rows of earlier batches deleted by position
-
+    # Tables without a key: updates/deletes whose old row image matched no live row.
+    unmatched_deletes: int = 0
 
     @property
     def live_rows_written(self) -> int:

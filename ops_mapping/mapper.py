@@ -112,6 +112,7 @@ class BatchMapper:
         self._behind: dict[Hashable, int] = {}
         self._pos_ordinals: list[int] = []  # batch ordinals of position-deleted rows
         self._events = 0
+        self._unmatched = 0  # u/d naming no live row (tables without a key only)
         self._last_seq: int | None = None
         self._finished = False
 
@@ -153,8 +154,19 @@ class BatchMapper:
         self._events += n
         self._last_seq = seq[n - 1].as_py()
 
+        slices = self._place_rows(events, cols, is_delete if deletes else None, first_ordinal)
+        equality = self._equality_table(eq_idx, before_arrays, after_arrays, n)
+        if self._table_rows is not None:
+            self._table_deletes.extend(self._in_table(equality))
+            equality = self._key_schema.empty_table()
+        return MappedChunk(slices, equality)
+
+    def _place_rows(
+        self, events: pa.RecordBatch, cols: _Columns, is_delete: pa.Array | None, first_ordinal: int
+    ) -> tuple[DataSlice, ...]:
+        """The chunk's written rows (every event but deletes) assigned to data files."""
         data = events.select(list(cols.data))
-        if deletes:
+        if is_delete is not None:
             data = data.filter(pc.invert(is_delete))
         rows = pa.Table.from_arrays(data.columns, schema=self.data_schema)
         constant, extra = self._sizes.estimate(rows)
@@ -163,11 +175,7 @@ class BatchMapper:
             for p in self._roller.place(rows.num_rows, constant, extra)
         )
         assert self._roller.rows - first_ordinal == rows.num_rows
-        equality = self._equality_table(eq_idx, before_arrays, after_arrays, n)
-        if self._table_rows is not None:
-            self._table_deletes.extend(self._in_table(equality))
-            equality = self._key_schema.empty_table()
-        return MappedChunk(slices, equality)
+        return slices
 
     def _index_table_rows(self, rows: pa.Table) -> dict[Hashable, tuple[str, int]]:
         missing = [c for c in (*self.key_columns, TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN) if c not in rows.column_names]
@@ -293,6 +301,7 @@ class BatchMapper:
             equality_deletes=len(self._eq_deleted),
             data_files=len(self._roller.file_rows),
             table_position_deletes=table_deletes.num_rows,
+            unmatched_deletes=self._unmatched,
         )
         tail = MappedTail(
             position_deletes,

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from ops_mapping import SEQ_COLUMN as SEQ
-from ops_mapping import BatchMapper, MappingPolicy, MappingStats
+from ops_mapping import BatchMapper, MappingPolicy, MappingStats, MultisetMapper
 from replicator.faults import maybe_lose_executor
 from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
 from replicator.storage.fileio import open_input
@@ -65,6 +65,9 @@ class StageSpec:
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     policy: MappingPolicy
+    # A table without a primary key: ``key_columns`` are every column, mapped as a multiset
+    # of whole rows (``MultisetMapper``; ``table_rows`` name rows by their fingerprint).
+    keyless: bool = False
     # ``delete_mode: position``: the live rows of earlier batches of the keys this batch may
     # delete (``BatchMapper``'s ``table_rows``), and each named data file's (spec id,
     # partition): their position deletes go to the partition of the file they name.
@@ -101,6 +104,12 @@ def observe_workers(steps: WorkerSteps) -> None:
     _worker_steps = steps
 
 
+def _mapper(spec: StageSpec, data_schema: pa.Schema) -> BatchMapper:
+    if spec.keyless:
+        return MultisetMapper(data_schema, spec.policy, table_rows=spec.table_rows)
+    return BatchMapper(spec.key_columns, data_schema, spec.policy, table_rows=spec.table_rows)
+
+
 def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
@@ -123,7 +132,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
                 # Types as they arrive (Spark hands over string, not large_string); the file
                 # writer casts to the Iceberg file schema.
                 data_schema = pa.schema([batch.schema.field(n) for n in spec.data_columns])
-                mapper = BatchMapper(spec.key_columns, data_schema, spec.policy, table_rows=spec.table_rows)
+                mapper = _mapper(spec, data_schema)
             if batch.num_rows == 0:
                 continue
             started = clock()

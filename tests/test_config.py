@@ -370,3 +370,23 @@ spark: {conf: {spark.sql.adaptive.enabled: false, spark.sql.shuffle.partitions: 
     assert cfg.spark.conf == {
         "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.x": "0.5", "spark.y": "z",
     }  # fmt: skip
+
+
+def test_keyless_tables_are_validated(tmp_path: Path) -> None:
+    base = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh%s}\n'
+    cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [public.log]}\n" + base % ""))
+    assert cfg.keyless_tables == frozenset({"public.log"})
+    assert load_config(_write(tmp_path, "source: {type: debezium-json, path: in}\n" + base % "")).keyless_tables == frozenset()
+    bad = {
+        "keyless_tables: [log]": "not schema.table names",
+        "keyless_tables: [a.b, a.b]": "twice",
+        "tables: [a.c], keyless_tables: [a.b]": "which source.tables does not list",
+    }
+    for setting, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, {setting}}}\n" + base % ""))
+    with pytest.raises(ConfigError, match="not supported for mysql sources yet"):
+        load_config(_write(tmp_path, "source: {type: mysql, dsn: x, keyless_tables: [a.b]}\n" + base % ""))
+    with pytest.raises(ConfigError, match="always written with position deletes"):
+        load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [a.b]}\n"
+                           + base % ", delete_mode_by_table: {a.b: equality}"))

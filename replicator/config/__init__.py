@@ -441,6 +441,22 @@ class RunConfig(_Strict):
     def dead_letter_path(self) -> Path:
         return self.state_dir / "dead_letters.jsonl"
 
+    @property
+    def keyless_tables(self) -> frozenset[str]:
+        """Source tables replicated without a primary key (``source.keyless_tables``)."""
+        return frozenset(getattr(self.source, "keyless_tables", ()))
+
+    @model_validator(mode="after")
+    def _keyless_by_position(self) -> RunConfig:
+        equality = sorted(t for t in self.keyless_tables if self.iceberg.delete_mode_by_table.get(t) == "equality")
+        if equality:
+            raise ValueError(
+                f"iceberg.delete_mode_by_table sets {equality} to equality, but a table without a primary "
+                "key is always written with position deletes (an equality delete of a whole row would "
+                "remove every duplicate): drop those entries"
+            )
+        return self
+
 
 def load_config(path: Path) -> RunConfig:
     """Read and validate a YAML config; relative paths resolve against the file's folder."""

@@ -91,6 +91,32 @@ class DebeziumSourceConfig(_SourceCommon):
 class _DatabaseSource(_SourceCommon):
     """A database source: the key of each table comes from the table itself."""
 
+    keyless_tables: tuple[str, ...] = Field(
+        (), description="source tables without a primary key to replicate anyway, as a "
+        "multiset of whole rows (README \"Tables without a primary key\"): inserts append; "
+        "an update or delete removes one row equal to its old image, which needs REPLICA "
+        "IDENTITY FULL (Postgres) or binlog_row_image=FULL (MySQL)",
+    )
+
+    @field_validator("keyless_tables")
+    @classmethod
+    def _keyless_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in names if n.count(".") != 1 or not all(n.split("."))]
+        if bad:
+            raise ValueError(f"source.keyless_tables: {bad} are not schema.table names")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"source.keyless_tables lists {twice} twice")
+        return names
+
+    @model_validator(mode="after")
+    def _keyless_selected(self) -> _DatabaseSource:
+        if self.tables is not None:
+            missing = [n for n in self.keyless_tables if n not in self.tables]
+            if missing:
+                raise ValueError(f"source.keyless_tables names {missing}, which source.tables does not list")
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _ignore_primary_keys(cls, data: Any) -> Any:
@@ -189,6 +215,16 @@ class MySQLSourceConfig(_DatabaseSource):
         "directly (other types and special values go the library way); 'library': "
         "mysql-replication decodes every row (the reference path, slower)",
     )
+
+    @field_validator("keyless_tables")
+    @classmethod
+    def _no_keyless_yet(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if names:
+            raise ValueError(
+                "source.keyless_tables is not supported for mysql sources yet (Postgres only): "
+                "give each table a primary key"
+            )
+        return names
 
     @property
     def location(self) -> str:

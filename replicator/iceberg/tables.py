@@ -108,6 +108,15 @@ class TableState:
     table: Table
     source_table: str
     key_columns: tuple[str, ...]
+    # A table without a primary key (``source.keyless_tables``): a multiset of whole rows.
+    keyless: bool = False
+
+    @property
+    def identity_columns(self) -> tuple[str, ...]:
+        """What names a row for updates and deletes: the key, or every column when keyless."""
+        if self.keyless:
+            return tuple(f.name for f in self.table.schema().fields)
+        return self.key_columns
 
     @property
     def identifier(self) -> str:
@@ -134,10 +143,12 @@ class TableManager:
     """Finds, creates and evolves the Iceberg table of each source table."""
 
     def __init__(
-        self, catalog: Catalog, cfg: IcebergConfig, *, crash: Callable[[str], None] | None = None
+        self, catalog: Catalog, cfg: IcebergConfig, *, crash: Callable[[str], None] | None = None,
+        keyless: frozenset[str] = frozenset(),
     ) -> None:
         self.catalog = catalog
         self.cfg = cfg
+        self.keyless = keyless  # source tables replicated without a primary key
         # Crash-test hook, injected by the pipeline (called as "schema-evolved").
         self._crash = crash or (lambda _point: None)
         self._tables: dict[str, TableState] = {}
@@ -163,7 +174,14 @@ class TableManager:
             self._shape(table, source_table)  # a v3 creation cut short between its two commits
         ensure_global_spec(table)  # a partitioned table needs one for its equality deletes
         keys = tuple(table.schema().find_column_name(i) or "" for i in table.schema().identifier_field_ids)
-        state = TableState(table=table, source_table=source_table, key_columns=keys)
+        keyless = source_table in self.keyless
+        if keyless and keys:
+            raise ConfigError(
+                f"source.keyless_tables lists {source_table}, but its Iceberg table {ident} has the key {keys}",
+                table=source_table,
+                hint="remove it from source.keyless_tables, or map it to a new Iceberg table",
+            )
+        state = TableState(table=table, source_table=source_table, key_columns=keys, keyless=keyless)
         self._tables[source_table] = state
         return state
 
@@ -187,16 +205,19 @@ class TableManager:
         return state
 
     def _create(self, schema: TableSchema) -> TableState:
-        if not schema.key_columns:
+        keyless = schema.table in self.keyless
+        if not schema.key_columns and not keyless:
             raise SchemaChangeError(
                 "table has no primary key; the engine needs one to apply updates and deletes",
                 table=schema.table,
-                hint="add a primary key, or set source.primary_keys for this table",
+                hint="add a primary key, set source.primary_keys (debezium-json) or list it in "
+                "source.keyless_tables (replicated as a multiset of whole rows)",
             )
+        key_columns = () if keyless else schema.key_columns
         fields = []
         key_ids = []
         for i, col in enumerate(schema.columns, start=1):
-            is_key = col.name in schema.key_columns
+            is_key = col.name in key_columns
             fields.append(NestedField(i, col.name, iceberg_type(col.type), required=is_key))
             if is_key:
                 key_ids.append(i)
@@ -208,10 +229,10 @@ class TableManager:
         table = self._create_table(ident, ice_schema, props, partition_by, self.cfg.sort_by.get(schema.table))
         log.info(
             "created Iceberg table %s (format v%d) for %s (key %s%s)", ident, table.format_version,
-            schema.table, ", ".join(schema.key_columns),
+            schema.table, ", ".join(key_columns) or "none: a multiset of whole rows",
             f"; partitioned by {', '.join(partition_by)}" if partition_by else "",
         )  # fmt: skip
-        state = TableState(table=table, source_table=schema.table, key_columns=schema.key_columns)
+        state = TableState(table=table, source_table=schema.table, key_columns=key_columns, keyless=keyless)
         self._tables[schema.table] = state
         return state
 
@@ -291,7 +312,7 @@ class TableManager:
                 table=schema.table,
                 hint="committed data is intact; recreate the Iceberg table (or map the table elsewhere) to continue",
             )
-        if set(schema.key_columns) != set(state.key_columns):
+        if not state.keyless and set(schema.key_columns) != set(state.key_columns):
             raise SchemaChangeError(
                 f"primary key changed from {state.key_columns} to {schema.key_columns}",
                 table=schema.table,

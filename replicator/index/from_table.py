@@ -36,7 +36,9 @@ __all__ = [
     "key_arrow_types",
     "live_data_files",
     "live_file_homes",
+    "live_images",
     "live_rows",
+    "read_images",
     "rebuild_from_table",
 ]
 
@@ -94,6 +96,38 @@ def live_rows(table: Table, key_columns: Sequence[str], snapshot_id: int | None)
             col = col.cast(type_) if col.type != type_ else col
             cols.append(col.take(pa.array(positions)) if len(gone) else col)
         yield FileRows(path, cols, positions)
+
+
+def read_images(table: Table, path: str, names: Sequence[str], types: Sequence[pa.DataType]) -> pa.Table:
+    """Every column of a data file (a table without a primary key: the row is its identity),
+    in the table's current types; a column the file predates is null."""
+    with table.io.new_input(path).open() as stream:
+        got = pq.read_table(stream)
+    cols = []
+    for name, type_ in zip(names, types, strict=True):
+        if name in got.column_names:
+            col = got.column(name)
+            cols.append(col.cast(type_) if col.type != type_ else col)
+        else:
+            cols.append(pa.nulls(got.num_rows, type_))
+    return pa.table(cols, names=list(names))
+
+
+def live_images(table: Table, snapshot_id: int | None) -> Iterator[tuple[str, list[pa.ChunkedArray], np.ndarray]]:
+    """Per live data file: every column of its rows not deleted at ``snapshot_id``, and their
+    positions (``index.multiset.numbered_files`` keys them)."""
+    names = [f.name for f in table.schema().fields]
+    types = _types(table, names)
+    deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
+    for task in _tasks(table, snapshot_id):
+        path = task.file.file_path
+        rows = read_images(table, path, names, types)
+        gone = _deleted_positions(table, task, deletes)
+        positions = np.arange(rows.num_rows, dtype=np.int64)
+        if len(gone):
+            positions = np.setdiff1d(positions, gone, assume_unique=True)
+            rows = rows.take(pa.array(positions))
+        yield path, list(rows.columns), positions
 
 
 def _descends(table: Table, head: int, ancestor: int | None) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFileContent
@@ -79,6 +80,7 @@ from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
     StagedBatch,
+    check_old_images,
     renumbered,
     stage_events,
     with_held_keys,
@@ -302,10 +304,12 @@ def _prepare(
     pending = events
     if events and env.row_fill:  # only Debezium input carries them (Postgres fills TOAST at the source)
         pending = fill_from_table(_spark_of(env), part.state, events, use_table=not part.truncate)
+    if part.state.keyless:
+        check_old_images(part.state.source_table, pending)
     staged = _stage(env, part, pending, spill)
     part.staged = _with_held_keys(env, part, staged, spill)
     part.positions = None
-    if env.position_mode(part.state.source_table):
+    if part.state.keyless or env.position_mode(part.state.source_table):
         part.positions = _earlier_rows(env, part, part.staged)
 
 
@@ -327,7 +331,9 @@ def _with_held_keys(
     moves rows onto (``stage_prep.held_keys``); staged chunks are made ready for the stage
     with the same keys."""
     keys = part.state.key_columns
-    wanted, held = held_keys(_spark_of(env), part.state, staged, spill, truncate=part.truncate)
+    # Without a key no row moves between keys: nothing is held.
+    wanted, held = (set(), set()) if part.state.keyless else held_keys(
+        _spark_of(env), part.state, staged, spill, truncate=part.truncate)  # fmt: skip
     if spill is not None:
         assert env.chunk_store is not None, "chunks were staged without a chunk store"
         part.chunks = chunks_for_stage(env.chunk_store, part.state, spill, held)
@@ -348,7 +354,8 @@ def _stage(
     schema = part.state.table.schema()
     columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
     t0 = time.perf_counter()
-    staged = stage_events(events, columns, part.state.key_columns, env.dead_letters, env.on_bad_change)
+    staged = stage_events(events, columns, part.state.identity_columns, env.dead_letters, env.on_bad_change,
+                          whole_row=part.state.keyless)  # fmt: skip
     env.steps.events_staged(part.state.source_table, time.perf_counter() - t0)
     if spill is not None:  # numbered on after the chunks'
         staged = dataclasses.replace(staged, table=renumbered(staged.table, spill.rows))
@@ -551,6 +558,11 @@ def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict
 def _describe(part: _TablePart, result: StageResult) -> Written:
     """The stage's files for the commit, counted in the table's totals."""
     out = describe(part.state.table, result)
+    unmatched = result.stats.get("unmatched_deletes", 0)
+    if unmatched:
+        log.warning("%s: %d update(s)/delete(s) named an old row image no live row equals (nothing "
+                    "removed for them): the table may differ from the source; resnapshot it",
+                    part.state.source_table, unmatched)  # fmt: skip
     totals = part.totals
     totals.rows_written += out.rows_written
     totals.position_deletes += out.position_deletes
@@ -566,14 +578,17 @@ def _stage_spec(state: TableState, plan: BatchPlan, positions: Positions | None 
             data_location=f"{table.location().rstrip('/')}/data",
             batch_id=f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}",
             data_schema=schema_to_pyarrow(schema),
-            equality_schema=equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
+            # A keyless table is never written an equality delete (its mapper has none).
+            equality_schema=pa.schema([]) if state.keyless
+            else equality_delete_arrow_schema(schema, list(schema.identifier_field_ids)),
             position_schema=position_delete_arrow_schema(),
             partition=partition_plan(table.metadata.spec(), schema),
             sort_by=sort_columns(table),
             target_file_bytes=plan.policy.target_file_bytes,
             io_properties=file_io_properties(table.io.properties),
         ),
-        key_columns=state.key_columns,
+        key_columns=state.identity_columns,
+        keyless=state.keyless,
         data_columns=tuple(f.name for f in schema.fields),
         policy=plan.policy,
         table_rows=None if positions is None else positions.rows,

@@ -37,7 +37,13 @@ from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 
 from ops_mapping import OP_COLUMN, MappingPolicy, before_key_column
-from ops_mapping.contract import TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN
+from ops_mapping.contract import (
+    ROW_ID_HI_COLUMN,
+    ROW_ID_LO_COLUMN,
+    TABLE_ROW_PATH_COLUMN,
+    TABLE_ROW_POS_COLUMN,
+)
+from ops_mapping.row_identity import row_fingerprints
 from replicator.config import RunConfig
 from replicator.iceberg.tables import TableState
 from replicator.index import (
@@ -51,7 +57,17 @@ from replicator.index.from_table import (
     catch_up_from_table,
     key_arrow_types,
     live_file_homes,
+    live_images,
+    read_images,
     rebuild_from_table,
+)
+from replicator.index.multiset import (
+    COPY_COLUMN,
+    copy_counts,
+    copy_keys,
+    live_copies,
+    numbered_files,
+    unique_images,
 )
 
 log = logging.getLogger(__name__)
@@ -101,7 +117,8 @@ def candidate_keys(staged: pa.Table, key_columns: Sequence[str], policy: Mapping
 def position_indexes(cfg: RunConfig, spark: Callable[[], Any]) -> TableIndexes | None:
     """The indexes under ``state_dir/index`` when any table is in position mode, else None."""
     ice = cfg.iceberg
-    if ice.delete_mode != "position" and "position" not in ice.delete_mode_by_table.values():
+    position = ice.delete_mode == "position" or "position" in ice.delete_mode_by_table.values()
+    if not position and not cfg.keyless_tables:  # tables without a key always use one
         return None
 
     def convert(table: Table) -> Table:
@@ -136,6 +153,8 @@ class TableIndexes:
     ) -> Positions:  # fmt: skip
         """Where the earlier rows are that staged events (``ops_mapping`` contract, the
         batch's staged chunks first) may delete: their ``candidate_keys``, looked up once."""
+        if state.keyless:
+            return self._keyless_positions(state, head, [*chunks, *staged], truncate=truncate)
         keys = state.key_columns
         tables = [candidate_keys(t, keys, policy) for t in (*chunks, *staged) if t.num_rows]
         schema = pa.schema(list(zip(keys, key_arrow_types(state.table, keys), strict=True)))
@@ -189,7 +208,10 @@ class TableIndexes:
             self.forget(state)  # caught up from the table before the next batch
             return
         try:
-            added, removed = self._batch_rows(state, data, deletes, positions, vectors or {})
+            if state.keyless:
+                added, removed = self._keyless_batch_rows(held.index, state, data, deletes, positions, vectors or {})
+            else:
+                added, removed = self._batch_rows(state, data, deletes, positions, vectors or {})
             held.index.apply_batch(parent, snapshot, added, removed)
             for f in data:
                 held.homes[f.file_path] = (f.spec_id, tuple(f.partition[i] for i in range(len(f.partition))))
@@ -214,6 +236,10 @@ class TableIndexes:
                 index = PrimaryKeyIndex.open(directory)
             except IndexCorruptError as exc:
                 log.warning("%s: index unreadable (%s): rebuilding it", state.identifier, exc)
+        if index is not None and index.snapshot_id != head and state.keyless:
+            # Another commit's deleted rows have unknown copy numbers (``index.multiset``).
+            log.info("%s: table without a key moved to snapshot %s: rebuilding its index", state.identifier, head)
+            index = None
         if index is not None and index.snapshot_id != head:
             try:
                 catch_up_from_table(index, table, keys, head)
@@ -237,6 +263,10 @@ class TableIndexes:
         return held, head
 
     def _rebuild(self, state: TableState, directory: Path, head: int | None) -> tuple[PrimaryKeyIndex, int | None]:
+        if state.keyless:
+            index = PrimaryKeyIndex.rebuild(directory, head, numbered_files(live_images(state.table, head)))
+            log.info("%s: index of whole rows rebuilt at snapshot %s", state.identifier, head)
+            return index, head
         try:
             index = rebuild_from_table(directory, state.table, state.key_columns, head)
         except StaleIndexError:
@@ -252,6 +282,74 @@ class TableIndexes:
         log.info("%s: index rebuilt at snapshot %s (%d live files)", state.identifier, head, len(index.live_files))
         return index, head
 
+    # ---- tables without a primary key (``index.multiset``) ------------------------------
+
+    def _keyless_positions(
+        self, state: TableState, head: int | None, staged: Sequence[pa.Table], *, truncate: bool,
+        rebuilt: bool = False,
+    ) -> Positions:  # fmt: skip
+        """Every live row equal to the old image of a staged update or delete, in copy order."""
+        names = [f.name for f in state.table.schema().fields]
+        types = key_arrow_types(state.table, names)
+        his, los = [], []
+        for t in staged:
+            changes = t.filter(pc.is_in(t.column(OP_COLUMN), value_set=pa.array(["u", "d"])))
+            if not changes.num_rows:
+                continue
+            cols = [changes.column(before_key_column(n)).cast(ty) if before_key_column(n) in changes.column_names
+                    else pa.nulls(changes.num_rows, ty) for n, ty in zip(names, types, strict=True)]  # fmt: skip
+            hi, lo = row_fingerprints(cols)
+            his.append(hi)
+            los.append(lo)
+        held, head = self._ready(state, head)
+        if truncate or not his:
+            return Positions(head, live_copies(held.index, head, np.empty(0, np.uint64), np.empty(0, np.uint64)), {})
+        rows = live_copies(held.index, head, np.concatenate(his), np.concatenate(los))
+        paths = set(rows.column(TABLE_ROW_PATH_COLUMN).to_pylist())
+        missing = sorted(p for p in paths if p not in held.homes)
+        if missing:  # an index file the table does not list: never write a delete against it
+            self.forget(state)
+            if rebuilt:
+                raise StaleIndexError(f"{state.identifier}: index names data files the table does not list: {missing[:3]}")
+            self._rebuild_next.add(state.identifier)
+            return self._keyless_positions(state, head, staged, truncate=truncate, rebuilt=True)
+        log.debug("%s: %d live rows equal an old image at snapshot %s", state.identifier, rows.num_rows, head)
+        return Positions(head, rows, {p: held.homes[p] for p in paths})
+
+    def _keyless_batch_rows(
+        self, index: PrimaryKeyIndex, state: TableState, data: Sequence[DataFile], deletes: Sequence[DataFile],
+        positions: Positions | None, vectors: Mapping[str, npt.NDArray[np.uint64]],
+    ) -> tuple[list[FileRows], pa.Table | None]:  # fmt: skip
+        """The batch's live rows keyed (image, copy), numbered on from the copies its deletes
+        left, and the (image, copy) keys of the earlier rows it deleted (the top copies)."""
+        in_batch, earlier = _deleted_rows(state, data, deletes, vectors)
+        removed = None
+        if earlier.num_rows and positions is not None and positions.rows.num_rows:
+            gone = positions.rows.join(earlier, keys=[TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN],
+                                       right_keys=["file_path", "pos"], join_type="inner", use_threads=False)  # fmt: skip
+            removed = copy_keys(gone.column(ROW_ID_HI_COLUMN).to_numpy(), gone.column(ROW_ID_LO_COLUMN).to_numpy(),
+                                gone.column(COPY_COLUMN).to_numpy())  # fmt: skip
+        names = [f.name for f in state.table.schema().fields]
+        types = key_arrow_types(state.table, names)
+        files = []
+        for f in data:
+            rows = read_images(state.table, f.file_path, names, types)
+            pos = np.arange(rows.num_rows, dtype=np.int64)
+            if f.file_path in in_batch:
+                pos = np.setdiff1d(pos, np.concatenate(in_batch[f.file_path]))
+            files.append((f.file_path, list(rows.take(pa.array(pos)).columns), pos))
+        if not files:
+            return [], removed
+        prints = [row_fingerprints(cols) for _p, cols, _q in files]
+        uhi, ulo, _ = unique_images(np.concatenate([h for h, _l in prints]), np.concatenate([lo for _h, lo in prints]))
+        counts = copy_counts(index, index.snapshot_id, uhi, ulo)  # before this batch
+        first = {(int(h), int(lo_)): int(c) for h, lo_, c in zip(uhi, ulo, counts, strict=True) if c}
+        if removed is not None:
+            for h, lo_ in zip(removed.column(0).to_numpy().view(np.uint64).tolist(),
+                              removed.column(1).to_numpy().view(np.uint64).tolist(), strict=True):  # fmt: skip
+                first[(h, lo_)] = first.get((h, lo_), 0) - 1
+        return list(numbered_files(files, first, prints)), removed
+
     def _batch_rows(
         self, state: TableState, data: Sequence[DataFile], deletes: Sequence[DataFile], positions: Positions | None,
         vectors: Mapping[str, npt.NDArray[np.uint64]],
@@ -259,23 +357,8 @@ class TableIndexes:
         """The batch's live rows per data file it wrote, and the keys whose earlier row it
         deleted (from its position deletes, files or vectors: those naming files it did not
         write)."""
+        in_batch, hit = _deleted_rows(state, data, deletes, vectors)
         io = state.table.io
-        ours = {f.file_path for f in data}
-        in_batch: dict[str, list[np.ndarray]] = {}
-        earlier: list[pa.Table] = []
-        deleted: list[pa.Table] = []
-        for f in deletes:
-            if f.content != DataFileContent.POSITION_DELETES:
-                raise StaleIndexError(f"{state.identifier}: an equality delete in position mode ({f.file_path})")
-            with io.new_input(f.file_path).open() as stream:
-                deleted.append(pq.read_table(stream, columns=["file_path", "pos"]).cast(_DELETED))
-        if vectors:
-            deleted.append(_vector_rows(vectors))
-        for rows in deleted:
-            mine = pc.is_in(rows.column("file_path"), value_set=pa.array(sorted(ours), pa.string()))
-            for path, group in _by_path(rows.filter(mine)):
-                in_batch.setdefault(path, []).append(group)
-            earlier.append(rows.filter(pc.invert(mine)))
         types = key_arrow_types(state.table, state.key_columns)
         added = []
         for f in data:
@@ -288,8 +371,7 @@ class TableIndexes:
             cols = [keys.column(k).cast(t).take(pa.array(pos)) for k, t in zip(state.key_columns, types, strict=True)]
             added.append(FileRows(f.file_path, cols, pos))
         removed = None
-        if earlier and positions is not None and positions.rows.num_rows:
-            hit = pa.concat_tables(earlier)
+        if hit.num_rows and positions is not None and positions.rows.num_rows:
             joined = positions.rows.join(
                 hit, keys=[TABLE_ROW_PATH_COLUMN, TABLE_ROW_POS_COLUMN], right_keys=["file_path", "pos"],
                 join_type="inner", use_threads=False,
@@ -297,6 +379,32 @@ class TableIndexes:
             removed = pa.table([joined.column(k).cast(t) for k, t in zip(state.key_columns, types, strict=True)],
                                names=list(state.key_columns))  # fmt: skip
         return added, removed
+
+
+def _deleted_rows(
+    state: TableState, data: Sequence[DataFile], deletes: Sequence[DataFile],
+    vectors: Mapping[str, npt.NDArray[np.uint64]],
+) -> tuple[dict[str, list[np.ndarray]], pa.Table]:  # fmt: skip
+    """A batch's deleted rows: positions per data file it wrote itself, and (file_path, pos)
+    of the earlier batches' rows (from its position-delete files or deletion vectors)."""
+    io = state.table.io
+    ours = {f.file_path for f in data}
+    in_batch: dict[str, list[np.ndarray]] = {}
+    earlier: list[pa.Table] = []
+    deleted: list[pa.Table] = []
+    for f in deletes:
+        if f.content != DataFileContent.POSITION_DELETES:
+            raise StaleIndexError(f"{state.identifier}: an equality delete in position mode ({f.file_path})")
+        with io.new_input(f.file_path).open() as stream:
+            deleted.append(pq.read_table(stream, columns=["file_path", "pos"]).cast(_DELETED))
+    if vectors:
+        deleted.append(_vector_rows(vectors))
+    for rows in deleted:
+        mine = pc.is_in(rows.column("file_path"), value_set=pa.array(sorted(ours), pa.string()))
+        for path, group in _by_path(rows.filter(mine)):
+            in_batch.setdefault(path, []).append(group)
+        earlier.append(rows.filter(pc.invert(mine)))
+    return in_batch, pa.concat_tables(earlier) if earlier else _DELETED.empty_table()
 
 
 def _with_rows(keys: pa.Table, paths: Sequence[str], positions: Sequence[int] | np.ndarray) -> pa.Table:

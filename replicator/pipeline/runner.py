@@ -118,7 +118,7 @@ class Replicator:
         if self.columns is not None:
             self.dead_letters.redact = self.columns.redact
         self.catalog = open_catalog(cfg.iceberg)
-        self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point)
+        self.tables = TableManager(self.catalog, cfg.iceberg, crash=crash_point, keyless=cfg.keyless_tables)
         self.source = source or build_source(cfg, self.dead_letters)
         if engine == "spark" and spark is None:
             spark = _start_spark(cfg)

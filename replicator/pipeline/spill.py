@@ -25,7 +25,13 @@ from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.tables import engine_type
 from replicator.pipeline.apply import ApplyEnv, merged_schema
 from replicator.pipeline.chunks import UNFILLABLE_IN_CHUNKS, ChunkStore, SpilledTable
-from replicator.pipeline.staging import BadChangeError, deferred_key_moves, renumbered, stage_events
+from replicator.pipeline.staging import (
+    BadChangeError,
+    check_old_images,
+    deferred_key_moves,
+    renumbered,
+    stage_events,
+)
 from replicator.storage.fileio import file_io_properties
 
 log = logging.getLogger(__name__)
@@ -79,13 +85,17 @@ class Spiller:
         state = env.tables.ensure(merged_schema(events))
         schema = state.table.schema()
         columns = [(f.name, engine_type(f.field_type)) for f in schema.fields]
-        staged = stage_events(events, columns, state.key_columns, env.dead_letters, env.on_bad_change)
+        if state.keyless:
+            check_old_images(state.source_table, events)
+        staged = stage_events(events, columns, state.identity_columns, env.dead_letters, env.on_bad_change,
+                              whole_row=state.keyless)  # fmt: skip
         spilled.events += staged.events
         spilled.dead_lettered += staged.dead_lettered
         if not staged.table.num_rows:
             return
         table = renumbered(staged.table, spilled.rows)
-        spilled.moved_again |= deferred_key_moves(table, state.key_columns, spilled.moved_to)
+        if not state.keyless:
+            spilled.moved_again |= deferred_key_moves(table, state.key_columns, spilled.moved_to)
         started = time.perf_counter()
         self.store.write(table, spilled.prefix, file_io_properties(state.table.io.properties))
         env.steps.chunk_written(spilled.table, rows=table.num_rows, seconds=time.perf_counter() - started)

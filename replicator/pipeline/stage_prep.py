@@ -93,7 +93,7 @@ def chunks_for_stage(store: ChunkStore, state: TableState, spill: SpilledTable, 
     in memory at a time; rewritten files go to the chunk store (scratch, like the rest)."""
     keys = state.key_columns
     schema = state.table.schema()
-    layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], keys)
+    layout = staged_schema([(f.name, engine_type(f.field_type)) for f in schema.fields], state.identity_columns)
     io_props = file_io_properties(state.table.io.properties)
     rewrites = store.new_prefix()
     out: list[str] = []

@@ -57,8 +57,12 @@ def stage_events(
     key_columns: Sequence[str],
     dead_letters: DeadLetterSink,
     on_bad_change: str = STOP,
+    *,
+    whole_row: bool = False,
 ) -> StagedBatch:
     """``columns`` are (name, engine type) of the Iceberg table, in table order.
+    ``whole_row`` (a table without a primary key): ``key_columns`` are every column and
+    name a row by its whole image, so nulls in them are ordinary values.
 
     A 'c'/'r' that does not convert is dead-lettered. A 'u'/'d' that does not convert would
     leave the old row behind, so ``on_bad_change`` decides: ``stop`` raises
@@ -77,7 +81,8 @@ def stage_events(
             dropped += 1
         else:
             live.append(ev)
-    fast = _build_from_blocks(live, columns, key_columns)
+    checked = () if whole_row else key_columns  # columns that may not be null
+    fast = _build_from_blocks(live, columns, key_columns, checked)
     if fast is not None:
         return StagedBatch(table=fast, events=len(live), dead_lettered=dropped)
     while True:
@@ -88,7 +93,7 @@ def stage_events(
             failure: Exception | None = None
         except _CONVERSION_ERRORS as exc:
             table, failure = None, exc
-        bad = _missing_keys(live, key_columns) if table is None or _null_keys(table, key_columns) else {}
+        bad = _missing_keys(live, checked) if table is None or _null_keys(table, checked) else {}
         if not bad and table is not None:
             return StagedBatch(table=table, events=len(live), dead_lettered=dropped)
         if not bad:
@@ -144,6 +149,22 @@ def _reject(
         )
     )
     return delete if row_change else None
+
+
+def check_old_images(table: str, events: Sequence[ChangeEvent]) -> None:
+    """A table without a primary key names the row an update or delete removes by its whole
+    old image: one that arrives without it (Postgres not REPLICA IDENTITY FULL, MySQL not
+    binlog_row_image=FULL) cannot be applied, and the table stops (``BadChangeError``)."""
+    for ev in events:
+        if ev.op in (Op.UPDATE, Op.DELETE) and (ev.before is None or ev.error is not None):
+            raise BadChangeError(
+                f"{table} has no primary key and this {ev.op.value!r} change carries no full old row "
+                "image, so the row it changes cannot be found",
+                table=table,
+                position=ev.position,
+                hint=f"Postgres: ALTER TABLE {table} REPLICA IDENTITY FULL; MySQL: SET GLOBAL "
+                "binlog_row_image = FULL; then resnapshot the table (replicator resnapshot)",
+            )
 
 
 def deferred_key_moves(
@@ -298,7 +319,8 @@ def _null_keys(staged: pa.Table, key_columns: Sequence[str]) -> bool:
 
 
 def _build_from_blocks(
-    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str]
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+    not_null: Sequence[str],
 ) -> pa.Table | None:
     """``_build`` for a run of snapshot rows read as Arrow (``events.block``): every event
     an 'r' whose ``after`` is a ``BlockRow``; the columns are slices of the blocks, cast to
@@ -341,7 +363,7 @@ def _build_from_blocks(
                 else:
                     pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
             col = pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
-            if name in key_columns and col.null_count:
+            if name in not_null and col.null_count:
                 return None
             arrays.append(col)
             names.append(name)

@@ -108,6 +108,16 @@ def source_side(cfg: RunConfig) -> SourceSide:
     return MySQLSide(src.dsn, server_id=src.server_id, state_dir=cfg.state_dir)
 
 
+def keyed_tables(found: list[SourceTable], cfg: RunConfig) -> list[SourceTable]:
+    """The tables a diff compares: not those of ``source.keyless_tables`` (a multiset of
+    whole rows has no key to read both sides in; compare ``count(*) GROUP BY`` every column)."""
+    skipped = sorted(t.name for t in found if t.name in cfg.keyless_tables)
+    if skipped:
+        log.warning("not compared (no primary key; compare count(*) GROUP BY every column instead): %s",
+                    ", ".join(skipped))  # fmt: skip
+    return [t for t in found if t.name not in cfg.keyless_tables]
+
+
 def _select(
     found: list[SourceTable], wanted: Sequence[str] | None, cfg: RunConfig
 ) -> list[SourceTable]:
@@ -133,9 +143,10 @@ def _run(
     cfg: RunConfig, side: SourceSide, wanted: Sequence[str] | None, wait_seconds: float,
     chunk_rows: int, max_keys: int, spark: Any, progress: bool | None, cut: str | None = None,
 ) -> DiffReport:  # fmt: skip
-    tables = _select(side.tables(cfg.source.tables), wanted, cfg)
+    tables = _select(keyed_tables(side.tables(cfg.source.tables), cfg), wanted, cfg)
     if not tables:
-        raise DiffError("no source table to compare")
+        raise DiffError("no source table to compare" + (" (tables without a primary key are not compared)"
+                                                         if cfg.keyless_tables else ""))  # fmt: skip
     try:
         catalog = open_catalog(cfg.iceberg)
     except Exception as exc:  # SQLAlchemy / pyiceberg errors of all kinds

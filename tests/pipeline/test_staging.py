@@ -42,3 +42,23 @@ def test_unrepresentable_value_goes_to_dead_letters(tmp_path) -> None:
     text = (tmp_path / "dl.jsonl").read_text()
     assert "amount" in text and "decimal(6,2)" in text and "x:2" in text
     assert "key column id is null" in text
+
+
+def test_whole_row_staging_keeps_nulls_and_old_images_are_required(tmp_path) -> None:
+    """A table without a primary key: every column is the row's identity, nulls included;
+    an update or delete without its old image stops the table, naming it."""
+    import pytest
+
+    from replicator.pipeline.staging import BadChangeError, check_old_images
+
+    dl = DeadLetterSink(tmp_path / "dl.jsonl")
+    names = [c for c, _ in COLS]
+    row = {"id": None, "amount": None, "name": "x"}
+    events = [ev(1, Op.CREATE, None, row), ev(2, Op.DELETE, row, None), ev(3, Op.UPDATE, row, {**row, "id": 4})]
+    check_old_images("s.t", events)
+    t = stage_events(events, COLS, names, dl, whole_row=True).table
+    assert t.column(before_key_column("name")).to_pylist() == [None, "x", "x"]
+    assert t.column(before_key_column("id")).to_pylist() == [None, None, None] and dl.total == 0
+    with pytest.raises(BadChangeError, match="no full old row image") as err:
+        check_old_images("s.t", [ev(4, Op.UPDATE, None, row)])
+    assert err.value.table == "s.t" and "REPLICA IDENTITY FULL" in (err.value.hint or "")

@@ -36,6 +36,9 @@ class DatabaseSource(ChangeSource):
     (Postgres, MySQL/MariaDB): the steps above; the protocol is the subclass's."""
 
     streams_in_the_snapshot_poll: bool = False
+    # Tables without a primary key (``source.keyless_tables``): copied by the initial
+    # snapshot only (an incremental copy drops and upserts rows by key).
+    keyless_tables: frozenset[str] = frozenset()
 
     _lock: threading.RLock  # acknowledge() and requests may come from other threads
     _tables: Mapping[str, Any]  # the selected tables
@@ -86,9 +89,9 @@ class DatabaseSource(ChangeSource):
         with self._lock:
             if self._incr is None:
                 return list(tables)
-            refused = [t for t in tables if t not in self._tables]
+            refused = [t for t in tables if t not in self._tables or t in self.keyless_tables]
             for t in tables:
-                if t in self._tables:
+                if t in self._tables and t not in self.keyless_tables:
                     self._incr.add(t, reason)
             self.replay = replace(self.replay, snapshot_rows=True)
             return refused

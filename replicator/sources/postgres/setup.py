@@ -6,8 +6,9 @@ Every failed check raises ``SourceSetupError`` whose ``hint`` is the exact state
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from replicator.errors import FencedError, SourceSetupError
+
+log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
 
@@ -138,9 +141,12 @@ def _table_rows(
     ]
 
 
-def list_tables(conn: psycopg.Connection[Any], tables: Sequence[str] | None) -> list[TableInfo]:
+def list_tables(
+    conn: psycopg.Connection[Any], tables: Sequence[str] | None, keyless: Collection[str] = ()
+) -> list[TableInfo]:
     """The configured tables (``schema.table`` or a name found on the search_path), or by
-    default every table with a primary key outside the system schemas."""
+    default every table with a primary key outside the system schemas, and the ``keyless``
+    ones (``source.keyless_tables``)."""
     if tables is None:
         return [
             t
@@ -149,7 +155,7 @@ def list_tables(conn: psycopg.Connection[Any], tables: Sequence[str] | None) -> 
                 " AND n.nspname <> ALL(%s) AND n.nspname NOT LIKE 'pg\\_%%'",
                 (list(SYSTEM_SCHEMAS),),
             )
-            if t.key_columns
+            if t.key_columns or t.qualified in keyless
         ]
     oids = []
     for name in tables:
@@ -169,15 +175,53 @@ def list_tables(conn: psycopg.Connection[Any], tables: Sequence[str] | None) -> 
     return [infos[o] for o in dict.fromkeys(oids)]
 
 
-def check_tables(conn: psycopg.Connection[Any], tables: Sequence[TableInfo]) -> None:
-    """Each table needs a usable replica identity and SELECT (for the snapshot)."""
+def check_keyless(tables: Sequence[TableInfo], keyless: Collection[str]) -> None:
+    """``source.keyless_tables``: each must be replicated and have no key; one that is not
+    REPLICA IDENTITY FULL is replicated for its inserts only (an update or delete of it
+    stops the table: its old image does not name the row)."""
+    known = {t.qualified: t for t in tables}
+    missing = sorted(set(keyless) - set(known))
+    if missing:
+        raise SourceSetupError(
+            f"source.keyless_tables names {missing}: no such table is replicated (not found, "
+            "or not among source.tables)",
+            hint="list each as schema.table, as the table is named on the server",
+        )
+    for name in keyless:
+        t = known[name]
+        if t.key_columns:
+            raise SourceSetupError(
+                f"table {name} is in source.keyless_tables but has a key ({', '.join(t.key_columns)})",
+                table=name, hint="remove it from source.keyless_tables: it is replicated by its key",
+            )  # fmt: skip
+        if t.replica_identity != "f":
+            log.warning(
+                "%s has no primary key and REPLICA IDENTITY %s: only its inserts can be replicated "
+                "(the server refuses its updates and deletes while it is published; with FULL they "
+                "are replicated too: ALTER TABLE %s REPLICA IDENTITY FULL;)",
+                name, _IDENTITY_NAMES.get(t.replica_identity, t.replica_identity), t.sql,
+            )  # fmt: skip
+
+
+def check_tables(
+    conn: psycopg.Connection[Any], tables: Sequence[TableInfo], keyless: Collection[str] = ()
+) -> None:
+    """Each table needs a usable replica identity (a key; ``keyless`` ones need none) and
+    SELECT (for the snapshot)."""
     if not tables:
         raise SourceSetupError(
             "no table to replicate: no table with a primary key outside the system schemas",
-            hint="ALTER TABLE <schema>.<table> ADD PRIMARY KEY (<columns>);",
+            hint="ALTER TABLE <schema>.<table> ADD PRIMARY KEY (<columns>); or list it in "
+            "source.keyless_tables",
         )
+    check_keyless(tables, keyless)
     user = _one(conn, "SELECT current_user")
     for t in tables:
+        if t.qualified in keyless:
+            if not _one(conn, "SELECT has_table_privilege(%s, 'SELECT')", (t.oid,)):
+                raise SourceSetupError(f"role {user!r} cannot SELECT from {t.qualified} (needed for the snapshot)",
+                                       table=t.qualified, hint=f"GRANT SELECT ON {t.sql} TO {quote_ident(user)};")  # fmt: skip
+            continue
         if t.replica_identity == "n":
             raise SourceSetupError(
                 f"table {t.qualified} has REPLICA IDENTITY NOTHING: updates and deletes "
@@ -194,7 +238,9 @@ def check_tables(conn: psycopg.Connection[Any], tables: Sequence[TableInfo]) -> 
                 f"table {t.qualified} has no primary key (REPLICA IDENTITY "
                 f"{_IDENTITY_NAMES.get(t.replica_identity, t.replica_identity)}): the engine "
                 "needs a key to apply updates and deletes; add a primary key, or make a unique "
-                "index on NOT NULL columns its replica identity",
+                "index on NOT NULL columns its replica identity, or list it in "
+                "source.keyless_tables (a multiset of whole rows; README \"Tables without a "
+                "primary key\")",
                 table=t.qualified,
                 hint=_key_hint(conn, t),
             )

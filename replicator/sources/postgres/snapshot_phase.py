@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from replicator.checkpoint import EXACT, ReplayWindow
+from replicator.errors import SourceSetupError
 from replicator.events.block import BlockRow
 from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
 from replicator.sources.common.snapshot import SnapshotCursor, record_boundary
@@ -59,6 +60,7 @@ class PgSnapshotPhase:
     poll_max_messages: int
     replay: ReplayWindow
     stats: SourceStats
+    keyless_tables: frozenset[str]
     _lock: threading.RLock
     _conn: psycopg.Connection[Any] | None
     _text_conn: psycopg.Connection[Any] | None
@@ -90,6 +92,16 @@ class PgSnapshotPhase:
             last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
         )  # fmt: skip
         bound = reader.begin(snapshot_name)
+        keyless = sorted(t.qualified for t in order if t.qualified in self.keyless_tables)
+        if bound is not None and keyless:
+            raise SourceSetupError(
+                f"{', '.join(keyless)} (source.keyless_tables) would be copied by a snapshot that "
+                "overlaps the stream (an interrupted initial snapshot resumed, or one the slot did not "
+                "export): rows read twice cannot be told from duplicates without a primary key",
+                table=keyless[0],
+                hint="start the pipeline over for these tables: drop its slot, its state_dir and "
+                "their Iceberg tables (or give the tables a key)",
+            )
         if bound is not None:
             # A fresh snapshot is newer than the slot: rows it saw can come again from the
             # stream. Every commit it sees has its commit record below ``bound`` (see

@@ -47,7 +47,7 @@ from typing import Any
 import psycopg
 
 from replicator.checkpoint import Checkpoints
-from replicator.errors import TerminalError, TransientError
+from replicator.errors import SourceSetupError, TerminalError, TransientError
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.sources.base import LogPosition, RetainedLog
@@ -130,12 +130,14 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         discover_every_s: float = 30.0,
         primary_dsn: str | None = None,
         streaming: StreamingMode = "auto",
+        keyless_tables: Sequence[str] = (),
     ) -> None:
         super().__init__(dead_letters)
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
         self.tables_config = list(tables) if tables is not None else None
+        self.keyless_tables = frozenset(keyless_tables)  # replicated without a key
         self.snapshot_chunk_rows = snapshot_chunk_rows
         self.poll_max_messages = poll_max_messages
         self.state_path = Path(state_dir) / f"postgres-{slot}.snapshot.json" if state_dir else None
@@ -205,9 +207,9 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         if state is not None and self.state_path is not None:
             check_state(self.state_path, state.source_id, self.source_id)
         self.keepalive_seconds = _keepalive_seconds(conn)
-        infos = setup.list_tables(conn, self.tables_config)
+        infos = setup.list_tables(conn, self.tables_config, self.keyless_tables)
         check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in infos})
-        setup.check_tables(conn, infos)
+        setup.check_tables(conn, infos, self.keyless_tables)
         self._tables = {t.qualified: t for t in infos}
         self._partitions = PartitionWatch(
             self.state_path.with_name(f"postgres-{self.slot}.partitions.json")
@@ -285,6 +287,15 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         # committed anywhere) stays one snapshot before streaming.
         new = [t for t in order if committed and t.qualified not in initial
                and _lsn(committed.get(t.qualified)) != snap_lsn]  # fmt: skip
+        late = sorted(t.qualified for t in new if t.qualified in self.keyless_tables)
+        if late:
+            raise SourceSetupError(
+                f"{', '.join(late)} (source.keyless_tables) joined a pipeline that already streams: a table "
+                "without a primary key is copied only by the initial snapshot (a later copy overlaps the "
+                "stream, and without a key an overlapping row cannot be told from a duplicate)",
+                table=late[0],
+                hint="replicate it with its own slot and state_dir (a pipeline of its own), or give it a key",
+            )
         asm = self._asm
         path = self.state_path.with_name(f"postgres-{self.slot}.incremental.json") if self.state_path else None
         if self._standby is not None and path is not None:

@@ -40,6 +40,30 @@ def test_default_selection_and_publication(
     ]
 
 
+def test_keyless_tables_are_checked(
+    sql: Callable[..., Any], make_source: Callable[..., Any], pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``source.keyless_tables``: listed by default, a keyed table refused, a table that is
+    not REPLICA IDENTITY FULL accepted for its inserts with a warning naming the fix."""
+    sql("CREATE TABLE logs (x int); CREATE TABLE hist (x int) ; ALTER TABLE hist REPLICA IDENTITY FULL;"
+        "CREATE TABLE k (id int PRIMARY KEY)")
+    with psycopg.connect(pg_dsn) as conn:
+        names = [t.qualified for t in setup.list_tables(conn, None, {"public.logs"})]
+    assert "public.logs" in names and "public.hist" not in names
+    src = make_source(tables=["logs", "hist"], keyless_tables=["public.logs", "public.hist"])
+    caplog.set_level("WARNING", logger="replicator.sources.postgres.setup")
+    src.start(Checkpoints.at({}))
+    assert any("public.logs has no primary key and REPLICA IDENTITY DEFAULT" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert not any("public.hist has no primary key" in r.getMessage() for r in caplog.records)
+    src.close()
+    with pytest.raises(SourceSetupError, match="has a key") as err:
+        make_source(tables=["k"], keyless_tables=["public.k"]).start(Checkpoints.at({}))
+    assert err.value.table == "public.k"
+    with pytest.raises(SourceSetupError, match="no such table is replicated"):
+        make_source(tables=["k"], keyless_tables=["public.nothere"]).start(Checkpoints.at({}))
+
+
 @pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
 def test_table_without_key_is_refused_with_the_exact_fix(
     sql: Callable[..., Any], make_source: Callable[..., Any], identity: str
@@ -204,3 +228,25 @@ def test_publication_of_partitions_is_refused_with_the_fix(
     sql("INSERT INTO ev VALUES (5, 1)")
     events = kit.drain(src, until=lambda ev: any(e.op == Op.CREATE for e in ev))
     assert {(e.table, e.op) for e in events} == {("public.ev", Op.CREATE)}  # not "public.ev_1"
+
+
+def test_a_resumed_snapshot_of_a_keyless_table_is_refused(
+    sql: Callable[..., Any], make_source: Callable[..., Any], tmp_path: Any
+) -> None:
+    """A keyless table is copied only by the slot's exported snapshot: a resumed (overlapping)
+    one would hand out rows that may already be in the table, indistinguishable from
+    duplicates. Refused at start, naming the table and the fix."""
+    sql("CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE h (x int);"
+        "INSERT INTO k SELECT generate_series(1, 30); INSERT INTO h VALUES (1), (1)")
+    state = tmp_path / "state"
+    first = make_source(tables=["k", "h"], keyless_tables=["public.h"], snapshot_chunk_rows=5,
+                        poll_max_messages=10, state_dir=state)  # fmt: skip
+    first.start(Checkpoints.at({}))
+    part = list(first.poll())
+    assert part and all(e.table == "public.k" for e in part)
+    first.acknowledge(part[-1].position)
+    first.close()  # killed mid-snapshot
+    second = make_source(tables=["k", "h"], keyless_tables=["public.h"], snapshot_chunk_rows=5, state_dir=state)
+    with pytest.raises(SourceSetupError, match="overlaps the stream") as err:
+        second.start(Checkpoints.at({"public.k": part[-1].position}))
+    assert err.value.table == "public.h" and "state_dir" in (err.value.hint or "")
