@@ -43,7 +43,7 @@ def _raw_copy_devnull(dsn: str) -> dict[str, Any]:
     return {"seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _engine(config: Path, log: Path, profile: Path | None) -> dict[str, Any]:
+def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) -> dict[str, Any]:
     pre = [sys.executable]
     if profile is not None:
         pre += ["-m", "cProfile", "-o", str(profile)]
@@ -52,7 +52,7 @@ def _engine(config: Path, log: Path, profile: Path | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     samples: list[tuple[float, int]] = []
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=tree, stdout=out, stderr=subprocess.STDOUT)
         while proc.poll() is None:
             time.sleep(0.2)
             n = _committed_rows(catalog_db)
@@ -68,15 +68,40 @@ def _engine(config: Path, log: Path, profile: Path | None) -> dict[str, Any]:
             "rows_per_s_after_startup": round(rate), "rows_per_s_whole_run": round(n / total)}  # fmt: skip
 
 
+def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str, Any]:
+    """One engine's run on the table (its own slot, catalog and state)."""
+    import yaml
+
+    base.mkdir(parents=True)
+    source: dict[str, Any] = {"type": "postgres", "dsn": dsn, "tables": ["public.big"],
+                              "slot": f"rep_{base.name}"}  # fmt: skip
+    if args.chunk_rows:
+        source["snapshot_chunk_rows"] = args.chunk_rows
+    cfg: dict[str, Any] = {
+        "source": source,
+        "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
+                    "warehouse": str(base / "wh"), "namespace": "cdc"},
+        "state_dir": str(base / "state"),
+    }  # fmt: skip
+    if not args.spark:
+        cfg["spark"] = {"driver_max_rows": 10_000_000}
+    config = base / "replicator.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    eng = _engine(config, base / "engine.log", args.profile if tree == ROOT else None, tree)
+    if eng["rows"] != args.rows:
+        print((base / "engine.log").read_text()[-3000:])
+    return eng
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--spark", action="store_true", help="larger batches on Spark (the default)")
     ap.add_argument("--profile", type=Path, default=None, help="cProfile the engine into FILE")
     ap.add_argument("--chunk-rows", type=int, default=None, help="source.snapshot_chunk_rows")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a checkout of the engine to run first on the same table (same run)")
     args = ap.parse_args(argv)
-
-    import yaml
 
     from sample_dbs.postgres.server import PrivatePostgres
 
@@ -89,24 +114,11 @@ def main(argv: list[str] | None = None) -> None:
             result["load_before"] = Path("/proc/loadavg").read_text().split()[:3]
             result["raw_copy"] = raw = _raw_copy_devnull(pg.dsn)
             raw["rows_per_s"] = round(args.rows / raw["seconds"])
-            source: dict[str, Any] = {"type": "postgres", "dsn": pg.dsn, "tables": ["public.big"]}
-            if args.chunk_rows:
-                source["snapshot_chunk_rows"] = args.chunk_rows
-            cfg: dict[str, Any] = {
-                "source": source,
-                "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
-                            "warehouse": str(base / "wh"), "namespace": "cdc"},
-                "state_dir": str(base / "state"),
-            }  # fmt: skip
-            if not args.spark:
-                cfg["spark"] = {"driver_max_rows": 10_000_000}
-            config = base / "replicator.yaml"
-            config.write_text(yaml.safe_dump(cfg))
-            result["engine"] = eng = _engine(config, base / "engine.log", args.profile)
-            eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
+            engines = [("baseline", args.baseline)] if args.baseline is not None else []
+            for label, tree in [*engines, ("engine", ROOT)]:
+                result[label] = eng = _one(args, pg.dsn, base / label, tree)
+                eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
             result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
-            if eng["rows"] != args.rows:
-                print((base / "engine.log").read_text()[-3000:])
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(pg_dir, ignore_errors=True)

@@ -93,6 +93,8 @@ class SourceReader:
         self.max_chunks = max(1, max_events // CHUNK_EVENTS)
         # Events the run loop holds outside a closed batch (read from this thread: one int).
         self.held = held
+        if hasattr(source, "snapshot_blocks"):
+            source.snapshot_blocks = True  # this reader takes snapshot chunks as block events
         self.max_held = max_events + max(CHUNK_EVENTS, max_events // READ_AHEAD_SHARE)
         self.idle_sleep = idle_sleep
         self.keepalive_seconds = keepalive_seconds

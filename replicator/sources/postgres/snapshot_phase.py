@@ -54,6 +54,9 @@ class PgSnapshotPhase:
     state_path: Path | None
     snapshot_chunk_rows: int
     snapshot_copy: bool
+    # Hand a chunk read by COPY out as ONE event (``events.block.BlockEvent``) instead of one
+    # per row: set by a consumer that takes block events (``pipeline.reader.SourceReader``).
+    snapshot_blocks: bool = False
     progress: bool | None
     poll_max_messages: int
     replay: ReplayWindow
@@ -163,8 +166,9 @@ class PgSnapshotPhase:
 
     def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
         """Rows ``start:stop`` of a chunk read as Arrow: ONE event for them all
-        (``events.block.BlockEvent``), staged by slicing the block. Every value converted,
-        so no dead letters here."""
+        (``events.block.BlockEvent``, staged by slicing the block) when the consumer takes
+        blocks, else its per-row events, whose ``after`` is a view of the block. Every value
+        converted, so no dead letters here."""
         block = chunk.block
         assert block is not None and self._snap_lsn is not None and self._asm is not None
         rel = self._snap_rels[chunk.table.qualified]
@@ -173,11 +177,22 @@ class PgSnapshotPhase:
             if start <= i < stop:
                 self._toast.put((rel.table, key), dict(block.row(i)), size)
         ev = BlockEvent(rel.table, rel.schema, block, start, stop, "postgres", (lsn,), first + start)
-        # Its last row's position is set before it is handed out (a consumer may stop after it).
-        self._asm.last_out = (lsn, first + stop - 1)
-        self._snap_last_seq = first + stop - 1
-        self.stats.snapshot_rows += stop - start
-        yield ev
+        if self.snapshot_blocks:
+            # Its last row's position is set before it leaves (a consumer may stop after it).
+            self._asm.last_out = (lsn, first + stop - 1)
+            self._snap_last_seq = first + stop - 1
+            self.stats.snapshot_rows += stop - start
+            yield ev
+            return
+        asm, stats, seq = self._asm, self.stats, first + start
+        for one in ev.events():
+            # The last event's position must be set before it is handed out (a consumer may
+            # stop after any event): so per event, as row by row.
+            asm.last_out = (lsn, seq)
+            self._snap_last_seq = seq
+            stats.snapshot_rows += 1
+            seq += 1
+            yield one
 
     def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
         rel = self._snap_rels[chunk.table.qualified]
