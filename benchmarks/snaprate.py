@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spark", action="store_true", help="larger batches on Spark (the default)")
     ap.add_argument("--profile", type=Path, default=None, help="cProfile the engine into FILE")
     ap.add_argument("--chunk-rows", type=int, default=None, help="source.snapshot_chunk_rows")
-    ap.add_argument("--baseline", type=Path, default=None,
-                    help="a checkout of the engine to run first on the same table (same run)")
+    ap.add_argument("--baseline", type=Path, action="append", default=[],
+                    help="a checkout of the engine to run first on the same table (same run; "
+                    "repeatable)")
     args = ap.parse_args(argv)
 
     from sample_dbs.postgres.server import PrivatePostgres
@@ -114,9 +115,9 @@ def main(argv: list[str] | None = None) -> None:
             result["load_before"] = Path("/proc/loadavg").read_text().split()[:3]
             result["raw_copy"] = raw = _raw_copy_devnull(pg.dsn)
             raw["rows_per_s"] = round(args.rows / raw["seconds"])
-            engines = [("baseline", args.baseline)] if args.baseline is not None else []
+            engines = [(f"baseline{i}:{tree}", tree) for i, tree in enumerate(args.baseline)]
             for label, tree in [*engines, ("engine", ROOT)]:
-                result[label] = eng = _one(args, pg.dsn, base / label, tree)
+                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree)
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
             result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
     finally:
