@@ -146,6 +146,11 @@ class BlockEvent(ChangeEvent):
         return read_events(self.table, self.schema_, rows, self.position.source,
                            ((*self.prefix, s) for s in seqs))  # fmt: skip
 
+    def replace(self, **changes: Any) -> ChangeEvent:
+        """Refused: a copy would be one row (its ``after``), silently dropping the others;
+        change its rows one by one (``events()``) instead."""
+        raise TypeError(f"a block event of {self.rows} rows cannot be replaced as one row: use events()")
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (BlockEvent, (self.table, self.schema_, self.block, self.start, self.stop,
                              self.position.source, self.prefix, self.first_seq))  # fmt: skip

@@ -113,3 +113,9 @@ def test_refused_block_goes_row_by_row(tmp_path: Path) -> None:
     staged = stage_events([ev], COLUMNS, ("id",), sink)
     assert staged.table.column("id").to_pylist() == [1, 3] and staged.dead_lettered == 1
     assert "key column id" in (tmp_path / "dead.jsonl").read_text()
+
+
+def test_block_event_is_never_copied_as_one_row() -> None:
+    (ev,) = _chunks([ROWS])
+    with pytest.raises(TypeError, match="cannot be replaced as one row"):
+        ev.replace(after={"id": 1, "v": "y"})
