@@ -198,6 +198,10 @@ class SourceReader:
                 return True
             if self._stop.wait(ROOM_POLL_SECONDS):
                 return False
+            # An acknowledgement reaches the source now, not at the next keepalive: a
+            # snapshot's resume point (its state file) moves with it, so a kill meanwhile
+            # re-reads fewer committed rows.
+            self._deliver_ack()
             if time.monotonic() - alive >= self.keepalive_seconds:
                 self._deliver_ack()
                 self.source.keepalive()
