@@ -150,7 +150,11 @@ class BatchMapper:
         in_table: Iterable[Any] = repeat(None, n)
         if AFTER_KEY_IN_TABLE_COLUMN in events.schema.names:
             in_table = events.column(AFTER_KEY_IN_TABLE_COLUMN).to_pylist()
-        eq_idx = self._apply(ops.to_pylist(), before, after, n, in_table)
+        plain_reads = not self.policy.upsert_reads and bool(pc.all(pc.equal(ops, "r")).as_py())
+        if plain_reads and self._insert_all(after, n):
+            eq_idx: list[int] = []  # a snapshot chunk of new keys: appended, nothing deleted
+        else:
+            eq_idx = self._apply(ops.to_pylist(), before, after, n, in_table)
         self._events += n
         self._last_seq = seq[n - 1].as_py()
 
@@ -200,6 +204,24 @@ class BatchMapper:
         assert rows is not None
         found = (rows.get(k) for k in _key_values([c.combine_chunks() for c in equality.columns]))
         return [row for row in found if row is not None]
+
+    def _insert_all(self, after: Iterable[Any], n: int) -> bool:
+        """Plain inserts ('r' not upserted) of keys that are all new to the batch and distinct:
+        what ``_apply`` does for them (each key live at its ordinal, nothing deleted) in one
+        dict update. False, with nothing changed, when a key repeats or is live already:
+        then ``_apply`` handles them one by one."""
+        live = self._keys.live
+        keys = after if isinstance(after, list) else list(after)
+        if self._behind or any(map(live.__contains__, keys)):
+            return False
+        size = len(live)
+        ordinal = self._roller.rows
+        live.update(zip(keys, range(ordinal, ordinal + n), strict=True))
+        if len(live) != size + n:  # a key twice in the chunk: undo (none was live before)
+            for k in keys:
+                live.pop(k, None)
+            return False
+        return True
 
     def _apply(
         self,

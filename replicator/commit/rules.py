@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from replicator.checkpoint import Checkpoint
 from replicator.errors import FencedError, TerminalError
+from replicator.events.block import BlockEvent, first_position
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 
 
@@ -53,9 +54,17 @@ def not_yet_in(current: Checkpoint | None, events: Sequence[ChangeEvent]) -> Seq
     if not events or current is None or current.position.source != events[0].position.source:
         return events
     done = current.position
-    if events[0].position > done:
+    if first_position(events[0]) > done:
         return events
-    return [e for e in events if e.position > done]
+    out: list[ChangeEvent] = []
+    for e in events:
+        if type(e) is BlockEvent:  # a snapshot block: its rows past ``done``
+            tail = e.after_position(done)
+            if tail is not None:
+                out.append(tail)
+        elif e.position > done:
+            out.append(e)
+    return out
 
 
 def after_last_truncate(pending: Sequence[ChangeEvent]) -> tuple[Sequence[ChangeEvent], bool]:

@@ -13,11 +13,14 @@ Arrow columns instead of rebuilding them value by value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
+
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, read_events
 
 
 class RowBlock:
@@ -80,3 +83,99 @@ class BlockRow(Mapping[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled as its values, not the whole block
         return (dict, (dict(self),))
+
+
+class BlockEvent(ChangeEvent):
+    """Rows ``start:stop`` of a ``RowBlock`` as ONE 'r' event (snapshot rows, each its own
+    transaction, at consecutive positions ``prefix + (first_seq + i,)``): a snapshot chunk
+    travels through the reader, the batcher, the skip rule and staging as one object, and
+    staging slices its Arrow columns (``pipeline/staging.py``). ``position`` is its LAST
+    row's (the batch ends there; a checkpoint at or past it holds every row);
+    ``first_position`` its first's; ``after`` its last row (a ``BlockRow``). A consumer that
+    needs rows one by one (a column policy, a batch the vectorised staging refuses) takes
+    ``events()``: the same 'r' events a row-by-row source hands out."""
+
+    __slots__ = ("block", "start", "stop", "prefix", "first_seq")
+    block: RowBlock
+    start: int
+    stop: int
+    prefix: tuple[int, ...]
+    first_seq: int
+
+    def __init__(
+        self, table: str, schema: TableSchema | None, block: RowBlock, start: int, stop: int,
+        source: str, prefix: tuple[int, ...], first_seq: int,
+    ) -> None:  # fmt: skip
+        if stop <= start:
+            raise ValueError("a block event holds at least one row")
+        last = (*prefix, first_seq + stop - start - 1)
+        super().__init__(
+            table, Op.READ, None, BlockRow(block, stop - 1), position=SourcePosition(source, last),
+            schema=schema, last_in_tx=True,
+        )  # fmt: skip
+        _set = object.__setattr__
+        _set(self, "block", block)
+        _set(self, "start", start)
+        _set(self, "stop", stop)
+        _set(self, "prefix", prefix)
+        _set(self, "first_seq", first_seq)
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def first_position(self) -> SourcePosition:
+        return SourcePosition(self.position.source, (*self.prefix, self.first_seq))
+
+    def after_position(self, done: SourcePosition) -> BlockEvent | None:
+        """The rows past ``done`` (a table's committed position): self, a tail, or None."""
+        if done.source != self.position.source or self.first_position > done:
+            return self
+        if self.position <= done:
+            return None
+            return self
+        skip = int(done.parts[-1]) - self.first_seq + 1  # done shares the prefix here
+        return BlockEvent(self.table, self.schema_, self.block, self.start + skip, self.stop,
+                          self.position.source, self.prefix, self.first_seq + skip)  # fmt: skip
+
+    def events(self) -> list[ChangeEvent]:
+        """Its rows as per-row 'r' events (the row-by-row path's input)."""
+        rows = map(BlockRow, repeat(self.block), range(self.start, self.stop))
+        seqs = range(self.first_seq, self.first_seq + self.rows)
+        return read_events(self.table, self.schema_, rows, self.position.source,
+                           ((*self.prefix, s) for s in seqs))  # fmt: skip
+
+    def replace(self, **changes: Any) -> ChangeEvent:
+        """Refused: a copy would be one row (its ``after``), silently dropping the others;
+        change its rows one by one (``events()``) instead."""
+        raise TypeError(f"a block event of {self.rows} rows cannot be replaced as one row: use events()")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BlockEvent, (self.table, self.schema_, self.block, self.start, self.stop,
+                             self.position.source, self.prefix, self.first_seq))  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (f"BlockEvent(table={self.table!r}, rows={self.rows}, first={self.first_position!s}, "
+                f"last={self.position!s})")  # fmt: skip
+
+
+def row_count(ev: ChangeEvent) -> int:
+    """Rows an event stands for: a block event's rows, else 1."""
+    return ev.stop - ev.start if type(ev) is BlockEvent else 1
+
+
+def first_position(ev: ChangeEvent) -> SourcePosition:
+    """The position of an event's first row (a block event's first, else its own)."""
+    return ev.first_position if type(ev) is BlockEvent else ev.position
+
+
+def row_events(events: Iterable[ChangeEvent]) -> list[ChangeEvent]:
+    """``events`` with every block event expanded into its per-row events."""
+    out: list[ChangeEvent] = []
+    for ev in events:
+        if type(ev) is BlockEvent:
+            out.extend(ev.events())
+        else:
+            out.append(ev)
+    return out

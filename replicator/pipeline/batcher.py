@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from replicator.config import BatchConfig
+from replicator.events.block import row_count
 from replicator.events.model import ChangeBatch, ChangeEvent, SourcePosition
 
 # Stage these events (one table -> its events, in order) out of memory; they stay part of
@@ -41,7 +42,7 @@ def _approx_bytes(ev: ChangeEvent) -> int:
     # Cheap estimate: exact sizing would cost more than the batching decision is worth.
     n = len(ev.after) if ev.after is not None else 0
     n += len(ev.before) if ev.before is not None else 0
-    return 64 + 24 * n
+    return (64 + 24 * n) * row_count(ev)
 
 
 class Batcher:
@@ -87,7 +88,7 @@ class Batcher:
             now = self._opened_at = self.clock()
             self._first_read = now if read_at is None else min(read_at, now)
         self._events.setdefault(ev.table, []).append(ev)
-        self._count += 1
+        self._count += row_count(ev)
         self._bytes += _approx_bytes(ev)
         self._last = ev
         if self._count > self.peak:
@@ -154,9 +155,9 @@ class Batcher:
                 done[table] = tuple(evs[:cut])
             if cut < len(evs):
                 rest[table] = evs[cut:]
-        batch = ChangeBatch(events=done, end_position=end, event_count=sum(map(len, done.values())))
+        batch = ChangeBatch(events=done, end_position=end, event_count=_rows(done.values()))
         self._events = rest
-        self._count = sum(map(len, rest.values()))
+        self._count = _rows(rest.values())
         self._bytes = sum(_approx_bytes(e) for evs in rest.values() for e in evs)
         self._opened_at = self._first_read = self.clock()
         self._boundary = None  # self._last (the event just added) is the open transaction's
@@ -183,3 +184,7 @@ class Batcher:
 
 def _position(ev: ChangeEvent) -> SourcePosition:
     return ev.position
+
+
+def _rows(tables: Iterable[Sequence[ChangeEvent]]) -> int:
+    return sum(row_count(e) for evs in tables for e in evs)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from replicator.events.block import BlockEvent, row_count
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.sources.base import ChangeSource, LogPosition
 
@@ -92,6 +93,8 @@ class SourceReader:
         self.max_chunks = max(1, max_events // CHUNK_EVENTS)
         # Events the run loop holds outside a closed batch (read from this thread: one int).
         self.held = held
+        if hasattr(source, "snapshot_blocks"):
+            source.snapshot_blocks = True  # this reader takes snapshot chunks as block events
         self.max_held = max_events + max(CHUNK_EVENTS, max_events // READ_AHEAD_SHARE)
         self.idle_sleep = idle_sleep
         self.keepalive_seconds = keepalive_seconds
@@ -122,7 +125,7 @@ class SourceReader:
         while True:
             if isinstance(item, Events):
                 self._events_taken += 1
-                self._changes_taken += len(item.events)
+                self._changes_taken += _rows(item.events)
             yield item
             try:
                 item = self._queue.get_nowait()
@@ -173,14 +176,14 @@ class SourceReader:
     def _put(self, item: Item) -> bool:
         """Hand over ``item``; while the run loop is busy, keep the source alive. False:
         stopping."""
-        if isinstance(item, Events) and not self._wait_for_room(len(item.events)):
+        if isinstance(item, Events) and not self._wait_for_room(_rows(item.events)):
             return False
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=self.keepalive_seconds)
                 if isinstance(item, Events):
                     self._events_put += 1
-                    self._changes_put += len(item.events)
+                    self._changes_put += _rows(item.events)
                 return True
             except queue.Full:
                 self._deliver_ack()
@@ -201,6 +204,10 @@ class SourceReader:
                 return True
             if self._stop.wait(ROOM_POLL_SECONDS):
                 return False
+            # An acknowledgement reaches the source now, not at the next keepalive: a
+            # snapshot's resume point (its state file) moves with it, so a kill meanwhile
+            # re-reads fewer committed rows.
+            self._deliver_ack()
             if time.monotonic() - alive >= self.keepalive_seconds:
                 self._deliver_ack()
                 self.source.keepalive()
@@ -225,22 +232,26 @@ class SourceReader:
     def _read_one_poll(self) -> int | None:
         """One poll of the source, handed over in chunks (blocking, with keepalives, while the
         queue is full: the poll generator waits suspended, as sources allow). None: stopping."""
-        got = 0
+        got = rows = 0
         chunk: list[ChangeEvent] = []
         first = 0.0
         transform = self.transform
         try:
             for ev in self.source.poll():
-                if transform is not None:
-                    ev = transform(ev)
                 if not chunk:
                     first = time.monotonic()
-                chunk.append(ev)
+                if transform is not None:
+                    for one in _rows_for(transform, ev):
+                        chunk.append(transform(one))
+                        rows += 1
+                else:
+                    chunk.append(ev)
+                    rows += row_count(ev)
                 got += 1
-                if len(chunk) >= CHUNK_EVENTS:
+                if rows >= CHUNK_EVENTS:
                     if not self._put(self._events(chunk, first)):
                         return None
-                    chunk = []
+                    chunk, rows = [], 0
                     self._deliver_ack()
         finally:
             # Also when the source raises: what it handed out before comes first (the run
@@ -255,3 +266,16 @@ class SourceReader:
 
     def _snapshot_in_progress(self) -> bool:
         return bool(getattr(self.source, "snapshot_in_progress", False))
+
+
+def _rows(events: list[ChangeEvent]) -> int:
+    """Rows the events stand for (a snapshot block event is many)."""
+    return sum(map(row_count, events))
+
+
+def _rows_for(transform: Callable[[ChangeEvent], ChangeEvent], ev: ChangeEvent) -> list[ChangeEvent]:
+    """``ev``, or its rows when a column policy changes its table's rows one by one."""
+    applies = getattr(transform, "applies_to", None)
+    if type(ev) is BlockEvent and (applies is None or applies(ev.table)):
+        return ev.events()
+    return [ev]

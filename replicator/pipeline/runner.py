@@ -15,8 +15,9 @@ from typing import Any
 
 from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
 from replicator.config import RunConfig
+from replicator.events.block import BlockEvent, first_position, row_count
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeBatch, Op, SourcePosition
+from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
 from replicator.iceberg.manifests import read_manifests
 from replicator.iceberg.tables import (
     SOURCE_TABLE_PROPERTY,
@@ -348,13 +349,16 @@ class Replicator:
             self._idle_streak = 0
             read_at = item.first_read
             for ev in item.events:
-                self.summary.events_seen += 1
+                rows = row_count(ev)
+                self.summary.events_seen += rows
                 if self.checkpoints.covers(ev.table, ev.position):
-                    self.summary.events_skipped += 1
+                    self.summary.events_skipped += rows
                     continue
                 if ev.table in self.summary.stopped:
-                    self.summary.events_held += 1
+                    self.summary.events_held += rows
                     continue
+                if rows > 1:  # a snapshot block: only the rows past the table's checkpoint
+                    ev = self._not_covered(ev)
                 batch = batcher.add(ev, read_at)
                 if batch is not None:
                     self._apply(batch)
@@ -435,11 +439,22 @@ class Replicator:
             return None
         return min([end, *[p for p in held if p is not None]])
 
+    def _not_covered(self, ev: ChangeEvent) -> ChangeEvent:
+        """A block event's rows the table's committed position does not cover (the skip
+        rule per row: a checkpoint may end inside a block)."""
+        done = self.checkpoints.position(ev.table)
+        if done is None or type(ev) is not BlockEvent:
+            return ev
+        tail = ev.after_position(done)
+        assert tail is not None  # the whole block is covered: skipped before
+        self.summary.events_skipped += row_count(ev) - row_count(tail)
+        return tail
+
     def _apply(self, batch: ChangeBatch) -> None:
         t0 = time.perf_counter()
         self.observer.applying()
         spilled = self.spiller.take()  # the batch's transaction's chunks, if it outgrew the batch
-        firsts = [evs[0].position for evs in batch.events.values()]
+        firsts = [first_position(evs[0]) for evs in batch.events.values()]
         first = min([*firsts, *(s.first for s in spilled.values())])
         commit = BatchCommit(
             end=batch.end_position,

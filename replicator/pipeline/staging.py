@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -22,7 +23,7 @@ from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from replicator.errors import TerminalError
-from replicator.events.block import BlockRow, RowBlock
+from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_events
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
@@ -84,7 +85,8 @@ def stage_events(
     checked = () if whole_row else key_columns  # columns that may not be null
     fast = _build_from_blocks(live, columns, key_columns, checked)
     if fast is not None:
-        return StagedBatch(table=fast, events=len(live), dead_lettered=dropped)
+        return StagedBatch(table=fast, events=fast.num_rows, dead_lettered=dropped)
+    live = row_events(live)  # what the vectorised build refuses goes row by row
     while True:
         # Fast path: build once. Only when a key is missing or a column does not convert is
         # the batch checked value by value to name (and dead-letter) the culprits.
@@ -328,22 +330,26 @@ def _build_from_blocks(
     a key is null or a column does not cast (the value-by-value path names the culprit)."""
     runs: list[list[Any]] = []  # [block, start, stop]
     for ev in events:
-        a = ev.after
-        if ev.op is not Op.READ or a.__class__ is not BlockRow or ev.error is not None:
-            return None
-        assert isinstance(a, BlockRow)
-        last = runs[-1] if runs else None
-        if last is not None and last[0] is a.block and last[2] == a.index:
-            last[2] += 1
+        if type(ev) is BlockEvent:  # a snapshot chunk as one event
+            block, start, stop = ev.block, ev.start, ev.stop
         else:
-            runs.append([a.block, a.index, a.index + 1])
+            a = ev.after
+            if ev.op is not Op.READ or a.__class__ is not BlockRow or ev.error is not None:
+                return None
+            assert isinstance(a, BlockRow)
+            block, start, stop = a.block, a.index, a.index + 1
+        last = runs[-1] if runs else None
+        if last is not None and last[0] is block and last[2] == start:
+            last[2] = stop
+        else:
+            runs.append([block, start, stop])
     if not runs:
         return None
-    n = len(events)
+    n = sum(stop - start for _b, start, stop in runs)
     types = dict(columns)
     arrays: list[pa.Array] = [
-        pa.array(range(n), type=pa.int64()),
-        pa.array(["r"] * n, type=pa.string()),
+        pa.array(np.arange(n, dtype=np.int64)),
+        pa.nulls(n, pa.string()).fill_null(Op.READ.value),
     ]
     names = [SEQ, OP]
     for k in key_columns:

@@ -40,6 +40,14 @@ CONTENT_POSITION_DELETES = 1
 CONTENT_EQUALITY_DELETES = 2
 
 ROW_GROUP_ROWS = 131_072
+# A data file's column is dictionary-encoded only when its first rows repeat values: at most
+# this share distinct in a sample of them. Parquet's writer otherwise builds a dictionary
+# page, finds it too large and falls back to plain pages: for a column of unique values
+# (keys, names, amounts, timestamps) that costs 2.7x the write time and 2x the bytes
+# (measured: 100k rows of the 8-column snapshot table, 252 ms / 2.4 MiB against 92 ms /
+# 1.1 MiB without dictionaries).
+DICTIONARY_MAX_DISTINCT_SHARE = 0.5
+DICTIONARY_SAMPLE_ROWS = 8192
 # Partitioned tables: data files open at once per table (each buffers up to a row group).
 MAX_OPEN_FILES = 32
 # ... and rows buffered over all of them before the largest buffer is flushed early.
@@ -115,10 +123,13 @@ class TableFileWriter:
         return f"{self.spec.data_location}/{self.spec.batch_id}-data-{file_index:05d}.parquet"
 
     def _open(
-        self, uri: str, schema: pa.Schema, partition: PartitionKey = (), content: int = CONTENT_DATA
-    ) -> _Open:
+        self, uri: str, schema: pa.Schema, partition: PartitionKey = (), content: int = CONTENT_DATA,
+        first_rows: pa.Table | None = None,
+    ) -> _Open:  # fmt: skip
         stream = open_output(uri, self.spec.io_properties)
-        writer = pq.ParquetWriter(stream, schema, compression=self.spec.compression)
+        dictionary = True if first_rows is None else dictionary_columns(first_rows)
+        writer = pq.ParquetWriter(stream, schema, compression=self.spec.compression,
+                                  use_dictionary=dictionary)  # fmt: skip
         return _Open(writer=writer, stream=stream, path=uri, partition=partition, content=content)
 
     def write_data(self, file_index: int, rows: pa.Table) -> None:
@@ -130,8 +141,12 @@ class TableFileWriter:
             # The mapper rolls files in order: a new index means earlier ones are complete.
             for idx in [i for i in self._data if i < file_index]:
                 self._close(self._data.pop(idx), CONTENT_DATA)
-            handle = self._data[file_index] = self._open(self.data_path(file_index), self.spec.data_schema)
-        self._append(handle, _conform(rows, self.spec.data_schema))
+        conformed = _conform(rows, self.spec.data_schema)
+        if handle is None:
+            handle = self._data[file_index] = self._open(
+                self.data_path(file_index), self.spec.data_schema, first_rows=conformed
+            )
+        self._append(handle, conformed)
 
     def _write_fanned(self, file_index: int, rows: pa.Table) -> None:
         """Rows of logical file ``file_index`` (its next rows, in order) to their partitions."""
@@ -361,3 +376,17 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     and drops field-id metadata)."""
     arrays = [rows.column(f.name).cast(f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def dictionary_columns(rows: pa.Table) -> list[str] | bool:
+    """The columns worth a dictionary, judged on ``rows``' first rows (a table with a nested
+    column keeps Parquet's default: every column)."""
+    sample = rows.slice(0, DICTIONARY_SAMPLE_ROWS)
+    if not sample.num_rows or any(pa.types.is_nested(t) for t in sample.schema.types):
+        return True
+    limit = sample.num_rows * DICTIONARY_MAX_DISTINCT_SHARE
+    out: list[str] = []
+    for name, col in zip(sample.column_names, sample.columns, strict=True):
+        if pc.count_distinct(col, mode="all").as_py() <= limit:
+            out.append(name)
+    return out or False

@@ -365,3 +365,19 @@ def test_key_swap_of_rows_written_in_the_same_batch() -> None:
     ])
     assert live(rep) == {1: "was two", 2: "was one"}
     assert pos_deletes(run) == [(0, 0), (0, 1)] and eq_keys(run) == []
+
+
+@pytest.mark.parametrize("cuts", [(), (2,), (1, 3)])
+def test_plain_reads_appended_whole_keep_the_per_row_rules(cuts: tuple[int, ...]) -> None:
+    """Plain reads (not upserted: a snapshot chunk of new keys) are appended in one step; a
+    key read twice in the batch, within a chunk or across chunks, still replaces its
+    earlier row by a position delete, exactly as row by row."""
+    plain = MappingPolicy(upsert_reads=False)
+    rep = Replica(SIMPLE, plain)
+    run = rep.batch([r(1, 1, "a"), r(2, 2, "b"), r(3, 3, "c"), r(4, 4, "d")], cuts)
+    assert pos_deletes(run) == [] and eq_keys(run) == []
+    assert live(rep) == {1: "a", 2: "b", 3: "c", 4: "d"}
+    again = Replica(SIMPLE, plain)
+    run = again.batch([r(1, 1, "a"), r(2, 2, "b"), r(3, 1, "a2"), r(4, 3, "c")], cuts)
+    assert pos_deletes(run) == [(0, 0)] and eq_keys(run) == []
+    assert live(again) == {1: "a2", 2: "b", 3: "c"}

@@ -184,3 +184,24 @@ def test_an_empty_queue_always_takes_a_chunk() -> None:
     finally:
         reader.stop()
     assert ids(items) == list(range(3 * CHUNK_EVENTS))
+
+
+def test_acknowledgement_delivered_while_waiting_for_room() -> None:
+    """A reader held back by what the run loop holds hands an acknowledgement to the source
+    at once, not at its next keepalive (a snapshot's resume point moves with it: a kill in
+    between re-read a whole batch of committed rows as upserts)."""
+    max_events = 2 * CHUNK_EVENTS
+    src = Scripted([list(range(20 * CHUNK_EVENTS))])
+    reader = SourceReader(src, max_events=max_events, keepalive_seconds=3600, held=lambda: max_events)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not reader._queue.qsize() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        reader.acknowledge(SourcePosition(source="x", parts=(7,)))
+        while not src.acks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [p.parts for p, _ in src.acks] == [(7,)]
+        assert src.acks[0][1] == "source-reader" and src.keepalives == 0
+    finally:
+        reader.stop()

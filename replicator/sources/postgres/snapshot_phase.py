@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ import psycopg
 
 from replicator.checkpoint import EXACT, ReplayWindow
 from replicator.errors import SourceSetupError
-from replicator.events.block import BlockRow
-from replicator.events.model import ChangeEvent, Op, SourcePosition, read_events
+from replicator.events.block import BlockEvent
+from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.common.snapshot import SnapshotCursor, record_boundary
 from replicator.sources.postgres import setup
 from replicator.sources.postgres.changes import (
@@ -56,6 +55,9 @@ class PgSnapshotPhase:
     state_path: Path | None
     snapshot_chunk_rows: int
     snapshot_copy: bool
+    # Hand a chunk read by COPY out as ONE event (``events.block.BlockEvent``) instead of one
+    # per row: set by a consumer that takes block events (``pipeline.reader.SourceReader``).
+    snapshot_blocks: bool = False
     progress: bool | None
     poll_max_messages: int
     replay: ReplayWindow
@@ -175,26 +177,34 @@ class PgSnapshotPhase:
                 st.save(self.state_path)
 
     def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
-        """Rows ``start:stop`` of a chunk read as Arrow: events whose ``after`` is a view
-        of the block (``events.block``). Every value converted, so no dead letters here."""
+        """Rows ``start:stop`` of a chunk read as Arrow: ONE event for them all
+        (``events.block.BlockEvent``, staged by slicing the block) when the consumer takes
+        blocks, else its per-row events, whose ``after`` is a view of the block. Every value
+        converted, so no dead letters here."""
         block = chunk.block
         assert block is not None and self._snap_lsn is not None and self._asm is not None
         rel = self._snap_rels[chunk.table.qualified]
-        lsn, table, schema, first = self._snap_lsn, rel.table, rel.schema, chunk.first_seq
+        lsn, first = self._snap_lsn, chunk.first_seq
         for i, key, size in chunk.big_rows or ():  # the TOAST row cache, as row by row
             if start <= i < stop:
-                self._toast.put((table, key), dict(block.row(i)), size)
-        rows = map(BlockRow, repeat(block), range(start, stop))
-        events = read_events(table, schema, rows, "postgres", zip(repeat(lsn), range(first + start, first + stop)))
+                self._toast.put((rel.table, key), dict(block.row(i)), size)
+        ev = BlockEvent(rel.table, rel.schema, block, start, stop, "postgres", (lsn,), first + start)
+        if self.snapshot_blocks:
+            # Its last row's position is set before it leaves (a consumer may stop after it).
+            self._asm.last_out = (lsn, first + stop - 1)
+            self._snap_last_seq = first + stop - 1
+            self.stats.snapshot_rows += stop - start
+            yield ev
+            return
         asm, stats, seq = self._asm, self.stats, first + start
-        for ev in events:
+        for one in ev.events():
             # The last event's position must be set before it is handed out (a consumer may
             # stop after any event): so per event, as row by row.
             asm.last_out = (lsn, seq)
             self._snap_last_seq = seq
             stats.snapshot_rows += 1
             seq += 1
-            yield ev
+            yield one
 
     def _snapshot_event(self, chunk: Chunk, row: tuple[Any, ...], seq: int) -> ChangeEvent | None:
         rel = self._snap_rels[chunk.table.qualified]

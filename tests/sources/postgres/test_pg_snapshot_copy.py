@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from replicator.checkpoint import Checkpoints
-from replicator.events.block import BlockRow
+from replicator.events.block import BlockEvent, BlockRow, row_events
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent
 from replicator.pipeline.staging import stage_events
@@ -68,11 +68,14 @@ def _load(sql: Sql) -> None:
     sql("INSERT INTO all_types (k1, k2, dt) VALUES (2002, 'bc', '0044-03-15 BC')")
 
 
-def _read(make_source: Make, copy: bool, tmp_path: Path, chunk: int) -> tuple[Any, list[ChangeEvent]]:
+def _read(
+    make_source: Make, copy: bool, tmp_path: Path, chunk: int, blocks: bool = False
+) -> tuple[Any, list[ChangeEvent]]:
     src = make_source(
-        slot="copy" if copy else "rows", snapshot_copy=copy, snapshot_chunk_rows=chunk,
-        dead_letters=DeadLetterSink(tmp_path / f"dead-{copy}.jsonl"),
+        slot=("blocks" if blocks else "copy") if copy else "rows", snapshot_copy=copy,
+        snapshot_chunk_rows=chunk, dead_letters=DeadLetterSink(tmp_path / f"dead-{copy}-{blocks}.jsonl"),
     )  # fmt: skip
+    src.snapshot_blocks = blocks
     src.start(Checkpoints.at({}))
     events: list[ChangeEvent] = []
     while src.snapshot_in_progress:
@@ -107,10 +110,17 @@ def test_copy_snapshot_equals_row_by_row(sql: Sql, make_source: Make, tmp_path: 
     assert not any(isinstance(e.after, BlockRow) for e in slow)
     assert _rows(fast) == _rows(slow)
     assert [e.schema_ for e in fast] == [e.schema_ for e in slow]
+    # Taken as block events (the pipeline's reader), a COPY chunk is ONE event: its rows are
+    # the same events, and the source's counters and boundaries the same.
+    block_src, block_events = _read(make_source, True, tmp_path, chunk, blocks=True)
+    assert any(isinstance(e, BlockEvent) for e in block_events) == (chunk == 4)
+    assert _rows(row_events(block_events)) == _rows(slow)
+    assert block_src.stats.snapshot_rows == len(slow)
+    assert block_src._snap.boundaries.boundaries == slow_src._snap.boundaries.boundaries
     # The same rows were dead-lettered (with the same reasons), by the same per-row path.
     dead = [
         [{k: v for k, v in json.loads(line).items() if k not in ("position", "at")}
-         for line in (tmp_path / f"dead-{c}.jsonl").read_text().splitlines()]
+         for line in (tmp_path / f"dead-{c}-False.jsonl").read_text().splitlines()]
         for c in (True, False)
     ]  # fmt: skip
     assert dead[0] == dead[1] and len(dead[0]) == 3

@@ -1,0 +1,134 @@
+"""Initial-snapshot rate after start-up against a raw ``COPY ... TO STDOUT`` into /dev/null.
+
+    .venv/bin/python -m benchmarks.snaprate --rows 2000000 [--spark] [--profile FILE]
+
+Set-up (not measured): the 8-column ``big`` table of ``benchmarks.bigsnapshot``. Then, in the
+same run: the raw COPY of the whole table (psycopg's ``copy``, bytes written to /dev/null),
+and ``replicator run --until-idle`` on it, its committed row count polled from the catalog
+every 0.2 s. "After start-up" is from the first commit seen to the last: rows committed in
+between over that time (start-up: interpreter, catalog, slot, JVM when on Spark, the first
+chunk). Without ``--spark`` every batch is written in the engine's own process
+(``spark.driver_max_rows`` above the batch size), as one core's rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bigsnapshot import _committed_rows, _setup  # noqa: E402
+
+
+def _raw_copy_devnull(dsn: str) -> dict[str, Any]:
+    import psycopg
+
+    sql = "COPY (SELECT * FROM big ORDER BY id) TO STDOUT (FORMAT csv)"
+    t0 = time.perf_counter()
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur, cur.copy(sql) as copy, \
+            open(os.devnull, "wb") as sink:  # fmt: skip
+        for data in copy:
+            sink.write(data)
+    return {"seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) -> dict[str, Any]:
+    pre = [sys.executable]
+    if profile is not None:
+        pre += ["-m", "cProfile", "-o", str(profile)]
+    cmd = [*pre, "-m", "replicator.cli.main", "run", "--config", str(config), "--until-idle"]
+    catalog_db = config.parent / "catalog.db"
+    t0 = time.perf_counter()
+    samples: list[tuple[float, int]] = []
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=tree, stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(0.2)
+            n = _committed_rows(catalog_db)
+            if n and (not samples or n != samples[-1][1]):
+                samples.append((time.perf_counter() - t0, n))
+    if proc.returncode != 0:
+        sys.exit(f"engine failed ({proc.returncode}); log: {log}")
+    total = time.perf_counter() - t0
+    n = _committed_rows(catalog_db)
+    (t_first, n_first), (t_last, n_last) = samples[0], samples[-1]
+    rate = (n_last - n_first) / (t_last - t_first) if t_last > t_first else 0.0
+    return {"seconds": round(total, 1), "rows": n, "first_commit_s": round(t_first, 1),
+            "rows_per_s_after_startup": round(rate), "rows_per_s_whole_run": round(n / total)}  # fmt: skip
+
+
+def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str, Any]:
+    """One engine's run on the table (its own slot, catalog and state)."""
+    import yaml
+
+    base.mkdir(parents=True)
+    source: dict[str, Any] = {"type": "postgres", "dsn": dsn, "tables": ["public.big"],
+                              "slot": f"rep_{base.name}"}  # fmt: skip
+    if args.chunk_rows:
+        source["snapshot_chunk_rows"] = args.chunk_rows
+    cfg: dict[str, Any] = {
+        "source": source,
+        "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
+                    "warehouse": str(base / "wh"), "namespace": "cdc"},
+        "state_dir": str(base / "state"),
+    }  # fmt: skip
+    if not args.spark:
+        cfg["spark"] = {"driver_max_rows": 10_000_000}
+    config = base / "replicator.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    eng = _engine(config, base / "engine.log", args.profile if tree == ROOT else None, tree)
+    if eng["rows"] != args.rows:
+        print((base / "engine.log").read_text()[-3000:])
+    return eng
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--spark", action="store_true", help="larger batches on Spark (the default)")
+    ap.add_argument("--profile", type=Path, default=None, help="cProfile the engine into FILE")
+    ap.add_argument("--chunk-rows", type=int, default=None, help="source.snapshot_chunk_rows")
+    ap.add_argument("--baseline", type=Path, action="append", default=[],
+                    help="a checkout of the engine to run first on the same table (same run; "
+                    "repeatable)")
+    args = ap.parse_args(argv)
+
+    from sample_dbs.postgres.server import PrivatePostgres
+
+    base = Path(tempfile.mkdtemp(prefix="rp-snaprate-"))
+    pg_dir = tempfile.mkdtemp(prefix="rp-snaprate-pg-")
+    result: dict[str, Any] = {"rows": args.rows, "spark": args.spark}
+    try:
+        with PrivatePostgres(pg_dir) as pg:
+            _setup(pg.dsn, args.rows)
+            result["load_before"] = Path("/proc/loadavg").read_text().split()[:3]
+            # The raw read, best of three (the machine is shared; engines' runs are longer).
+            raw = min((_raw_copy_devnull(pg.dsn) for _ in range(3)), key=lambda r: r["seconds"])
+            result["raw_copy"] = raw
+            raw["rows_per_s"] = round(args.rows / raw["seconds"])
+            engines = [(f"baseline{i}:{tree}", tree) for i, tree in enumerate(args.baseline)]
+            for label, tree in [*engines, ("engine", ROOT)]:
+                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree)
+                eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
+            result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+            again = min(_raw_copy_devnull(pg.dsn)["seconds"] for _ in range(3))
+            result["raw_copy_after_rows_per_s"] = round(args.rows / again)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(pg_dir, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
