@@ -145,16 +145,21 @@ class ReadProbe:
                                 "ORDER BY timestamp DESC LIMIT 1").first()
                 return str(row[0])
 
-            src = self._retry(live_location)
-            self._retry(lambda name=name, src=src: spark.read.format("iceberg").load(src)
-                        .writeTo(f"soakcopy.db.{name}").using("iceberg")
-                        .tableProperty("format-version", "2").createOrReplace())
+            # The snapshot the copy is made of, read by pyiceberg first (at once: the engine
+            # deletes old metadata files) so its row count can be checked against the copy's.
+            def copy_of_head(name: str = name, live_location: Any = live_location) -> int:
+                src, py_rows = self._py_rows(live_location())
+                (spark.read.format("iceberg").load(src).writeTo(f"soakcopy.db.{name}").using("iceberg")
+                 .tableProperty("format-version", "2").createOrReplace())
+                return py_rows
+
+            py_rows = self._retry(copy_of_head)
             spark.sql(f"REFRESH TABLE soakcopy.db.{name}")
             copy_at = copy_location()
             key_row = spark.read.format("iceberg").load(copy_at).selectExpr("min(id)").first()
             key = int(key_row[0]) if key_row and key_row[0] is not None else 1
             med, rows = self._spark_times(live_location, copy_at, key)
-            py = self._pyiceberg_times(live_location, src, copy_at)
+            py = self._pyiceberg_times(live_location, py_rows, copy_at)
             source_rows = self._source_rows(name)
             out.append({
                 "t": t, "table": ".".join(table.name()), "rows": rows,
@@ -192,18 +197,22 @@ class ReadProbe:
                     rows = n
         return {k: statistics.median(v) for k, v in times.items()}, rows
 
-    def _pyiceberg_times(self, live_location: Any, src: str, copy_at: str) -> dict[str, Any]:
-        """pyiceberg (an independent reader) scans the whole table into Arrow: the snapshot the
-        copy was made of (its row count must equal the copy's, read by Spark), then the same
-        warm-up + alternating rounds as Spark (live head vs the copy), medians."""
+    @staticmethod
+    def _py_rows(where: str) -> tuple[str, int]:
         from pyiceberg.table import StaticTable
+
+        return where, StaticTable.from_metadata(where).scan().to_arrow().num_rows
+
+    def _pyiceberg_times(self, live_location: Any, snap_rows: int, copy_at: str) -> dict[str, Any]:
+        """pyiceberg (an independent reader) scans the whole table into Arrow: ``snap_rows``
+        (its rows of the snapshot the copy was made of) must equal the copy's, read by Spark;
+        then the same warm-up + alternating rounds as Spark (live head vs the copy), medians."""
 
         def scan(where: str) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = StaticTable.from_metadata(where).scan().to_arrow().num_rows
+            n = self._py_rows(where)[1]
             return n, time.perf_counter() - t0
 
-        snap_rows = self._retry(lambda: scan(src))[0]
         copy_rows = self.spark.read.format("iceberg").load(copy_at).count()
         live: list[float] = []
         copy: list[float] = []
