@@ -45,14 +45,20 @@ BATCH_LINE = re.compile(r"batch (\d+): (\d+) events, .*, ([0-9.]+)s$")
 
 
 def _engine_config(root: Path, dsn: str, delete_mode: str | None = None,
-                   format_version: int | None = None) -> Path:
-    """The engine's config: defaults, plus the delete mode and format version when given."""
+                   format_version: int | None = None, overrides: dict[str, Any] | None = None) -> Path:
+    """The engine's config: defaults, plus the delete mode and format version when given, and
+    ``overrides`` (config sections merged in, like REPLICATOR_BENCH_ENGINE for benchmarks.run)."""
     iceberg: dict[str, Any] = {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc"}
     if delete_mode:
         iceberg["delete_mode"] = delete_mode
     if format_version:
         iceberg["format_version"] = format_version
-    cfg = {"source": {"type": "postgres", "dsn": dsn}, "iceberg": iceberg, "state_dir": "state"}
+    cfg: dict[str, Any] = {"source": {"type": "postgres", "dsn": dsn}, "iceberg": iceberg, "state_dir": "state"}
+    for section, values in (overrides or {}).items():
+        if isinstance(values, dict) and isinstance(cfg.get(section), dict):
+            cfg[section].update(values)
+        else:
+            cfg[section] = values
     path = root / "replicator.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -409,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="iceberg.delete_mode for the engine (default: the engine's default)")
     p.add_argument("--format-version", type=int, choices=(2, 3), default=None,
                    help="iceberg.format_version for the tables the engine creates")
+    p.add_argument("--name", default=None, help="report file stem (default: SOAK, or SOAK-<mode>-v<N>)")
     args = p.parse_args(argv)
 
     from benchmarks import lagwriter
@@ -427,8 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     stem = "SOAK"
     if args.delete_mode or args.format_version:
         stem = f"SOAK-{args.delete_mode or 'equality'}-v{args.format_version or 2}"
+    stem = args.name or stem
+    overrides = json.loads(os.environ.get("REPLICATOR_BENCH_ENGINE") or "{}")
     mode = (f"delete_mode {args.delete_mode or 'default (equality)'}, "
-            f"format_version {args.format_version or 'default (2)'}")
+            f"format_version {args.format_version or 'default (2)'}"
+            + (f", REPLICATOR_BENCH_ENGINE='{json.dumps(overrides)}'" if overrides else ""))
     res: dict[str, Any] = {"rate": args.rate, "events": events, "mode": mode, "load_start": load_average(),
                            "command": "python -m benchmarks.soak " + " ".join(argv or sys.argv[1:])}
     with PrivatePostgres(root / "pg", dbname="soak", settings={"wal_sender_timeout": "0"}) as pg:
@@ -437,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         w = lagwriter.lag_workload(events, SEED, KEYSPACE)
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             W.PgApplier(conn, w).create()
-        cfg = _engine_config(root, pg.dsn, args.delete_mode, args.format_version)
+        cfg = _engine_config(root, pg.dsn, args.delete_mode, args.format_version, overrides)
         # The reader's Spark starts before the soak's clock (its start-up must not load the
         # first batch-time window).
         probe = ReadProbe(cfg, root, args.read_rounds, pg.dsn)
