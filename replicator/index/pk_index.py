@@ -19,7 +19,10 @@ most of them skipped by their bloom filter. Resident: the bloom filters and spar
 (~1.3 bytes a key); on disk ~28 bytes a key plus tombstones until merged away.
 
 Durability: runs are written whole then renamed; the manifest (``manifest.py``) is replaced
-atomically after them, so a crash leaves the previous state or the new one. A missing or torn
+atomically after them, so a crash leaves the previous state or the new one. One durability
+point per change: the runs a change writes and merges away at once are never fsynced, the
+ones its manifest names are, just before it (the index is written after the table's commit,
+so it may lag the table, never lead it). A missing or torn
 manifest raises IndexCorruptError: rebuild from the table (``rebuild``).
 """
 
