@@ -10,7 +10,7 @@ the stream, and without a key a row read twice cannot be told from a duplicate.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
@@ -19,9 +19,11 @@ from replicator.errors import SourceSetupError
 from replicator.events.model import Op, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql.emit import SourceStats
+from replicator.sources.mysql.position import SNAPSHOT_BASE, BinlogPosition
 from replicator.sources.mysql.setup import TableInfo
+from replicator.sources.mysql.snapshot import SnapshotState
 
-__all__ = ["NOT_FULL", "check_keyless", "full_images", "not_full_items", "refuse_overlap"]
+__all__ = ["NOT_FULL", "check_keyless", "copied_keyless", "full_images", "not_full_items", "refuse_overlap"]
 
 NOT_FULL = (
     "the binlog row image is not FULL (a session set binlog_row_image to MINIMAL or NOBLOB): "
@@ -65,6 +67,20 @@ def refuse_overlap(tables: Sequence[TableInfo], keyless: Collection[str]) -> Non
             hint="start the pipeline over for these tables (a new state_dir and server_id, their "
             "Iceberg tables dropped), or give the tables a primary key",
         )
+
+
+def copied_keyless(
+    state: SnapshotState | None, committed: Mapping[str, BinlogPosition], keyless: Collection[str]
+) -> dict[str, BinlogPosition]:
+    """Keyless tables the initial snapshot copied whole with nothing committed for them (they
+    were empty, and nothing of theirs was committed since): committed at the snapshot's end,
+    so the stream resumes no later than that point for them, where a keyed table would be
+    snapshotted again."""
+    if state is None or not committed:
+        return {}  # nothing committed anywhere: a first start
+    done = state.done_tables()
+    end = BinlogPosition(str(state.point[0]), int(state.point[1]), SNAPSHOT_BASE + max(state.next_seq - 1, 0))
+    return {t: end for t in sorted(keyless) if t in done and t not in committed}
 
 
 def full_images(ev: Any) -> bool:

@@ -85,7 +85,7 @@ from replicator.sources.common.snapshot import SnapshotCursor, record_boundary
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.emit import SourceStats
 from replicator.sources.mysql.incremental import MyIncremental
-from replicator.sources.mysql.keyless import check_keyless, refuse_overlap
+from replicator.sources.mysql.keyless import check_keyless, copied_keyless, refuse_overlap
 from replicator.sources.mysql.position import (
     MYSQL,
     BinlogPoint,
@@ -191,6 +191,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             for t, p in committed.items()
             if p.source == MYSQL and t in self._tables
         }
+        self._committed.update(copied_keyless(state, self._committed, self.keyless_tables))
         files = setup.binary_logs(conn)
         basename = setup.binlog_basename(list(files)[-1]) if files else ""
         self._checkpointed = sorted(t for t, p in committed.items() if p.source == "mysql")
