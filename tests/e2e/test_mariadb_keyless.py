@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from replicator.cli.main import main
 from replicator.iceberg.tables import open_catalog
 from replicator.pipeline.runner import Replicator
+from replicator.verify.model import EXIT_CANNOT_DIFF
 from tests.e2e.mysql_fixtures import MySQLDb, mariadb, mysql_db  # noqa: F401
 from tests.e2e.mysql_support import load, write_config
 from tests.e2e.test_postgres_position_mode import equality_deletes_in_history
@@ -66,7 +68,9 @@ def _run(cfg_path: Path, spark: Any) -> None:
     assert summary.dead_letters == 0 and not summary.stopped, summary.stopped
 
 
-def test_keyless_table_is_the_source_multiset(tmp_path: Path, mysql_db: MySQLDb, spark: Any) -> None:  # noqa: F811
+def test_keyless_table_is_the_source_multiset(
+    tmp_path: Path, mysql_db: MySQLDb, spark: Any, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
     db = mysql_db
     db.server.execute(
         "CREATE TABLE hist (a INT, b DOUBLE, f FLOAT, c VARCHAR(20) COLLATE utf8mb4_general_ci)",
@@ -98,3 +102,7 @@ def test_keyless_table_is_the_source_multiset(tmp_path: Path, mysql_db: MySQLDb,
     _run(cfg_path, spark)
     assert _spark_counts(spark, cfg_path) == _source_counts(db)
     assert sum(_source_counts(db).values()) == 2
+
+    # ``replicator diff`` compares keyed tables only: these are skipped, and it says so.
+    assert main(["diff", "--config", str(cfg_path), "--wait", "5"]) == EXIT_CANNOT_DIFF
+    assert "tables without a primary key are not compared" in capsys.readouterr().err
