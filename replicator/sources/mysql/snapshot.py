@@ -275,12 +275,26 @@ class SnapshotReader:
         select = ", ".join(m.select for m in t.mappings)
         return f"SELECT {select} FROM {t.info.sql}", pk, key_idx
 
+    def _keyless_chunks(self, t: SnapTable, sql: str) -> Iterator[Chunk]:
+        """A table without a primary key (``source.keyless_tables``): one unbuffered scan, in
+        chunks; never resumed at a key (``keyless.refuse_overlap``)."""
+        with self.conn.cursor(pymysql.cursors.SSCursor) as cur:
+            cur.execute(sql)
+            while rows := list(cur.fetchmany(self.chunk_rows)):
+                first = self.next_seq
+                self.next_seq += len(rows)
+                b = Boundary(self.next_seq - 1, self.table_index, None)
+                self.boundaries.append(b)
+                yield Chunk(t, rows, first, b)
+
     def chunks(self) -> Iterator[Chunk]:
         while self.table_index < len(self.tables):
             t = self.tables[self.table_index]
             base, pk, key_idx = self._sql(t)
+            if not pk:
+                yield from self._keyless_chunks(t, base)
             order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
-            while True:
+            while pk:
                 sql, params = base, list[Any]()
                 if self.last_key is not None:
                     # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
