@@ -15,7 +15,7 @@ from typing import Any
 
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-from replicator.errors import SourceSetupError
+from replicator.errors import SourceSetupError, TerminalError
 from replicator.events.model import Op, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql.emit import SourceStats
@@ -23,7 +23,7 @@ from replicator.sources.mysql.position import SNAPSHOT_BASE, BinlogPosition
 from replicator.sources.mysql.setup import TableInfo
 from replicator.sources.mysql.snapshot import SnapshotState
 
-__all__ = ["NOT_FULL", "check_keyless", "copied_keyless", "full_images", "not_full_items", "refuse_overlap"]
+__all__ = ["NOT_FULL", "check_keyless", "copied_keyless", "full_images", "not_full_error", "not_full_items", "refuse_overlap"]
 
 NOT_FULL = (
     "the binlog row image is not FULL (a session set binlog_row_image to MINIMAL or NOBLOB): "
@@ -89,6 +89,19 @@ def full_images(ev: Any) -> bool:
     full = (1 << n) - 1
     maps = [ev.columns_present_bitmap, getattr(ev, "columns_present_bitmap2", None)]
     return all(int.from_bytes(m, "little") & full == full for m in maps if m is not None)
+
+
+def not_full_error(table: str, position: str) -> TerminalError:
+    """A keyed table's rows event without whole row images: its missing columns are not
+    NULL but unknown (MINIMAL leaves out unchanged and defaulted ones, NOBLOB unchanged blobs),
+    so applying it would write wrong values; nothing of it is acknowledged."""
+    return TerminalError(
+        f"a rows event of {table} does not carry every column (a session set binlog_row_image "
+        "to MINIMAL or NOBLOB): its missing values are unknown, applying it would write wrong ones",
+        table=table, position=position,
+        hint="SET GLOBAL binlog_row_image = FULL and stop clients from changing it per session; "
+        "then resnapshot the table (replicator resnapshot), which skips this event",
+    )  # fmt: skip
 
 
 def not_full_items(

@@ -46,7 +46,7 @@ from replicator.sources.mysql.framing import (
     is_commit,
     opens_explicit_group,
 )
-from replicator.sources.mysql.keyless import full_images, not_full_items
+from replicator.sources.mysql.keyless import full_images, not_full_error, not_full_items
 from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -425,7 +425,9 @@ class BinlogStream:
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
             return
-        if rel.keyless and not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
+        if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
+            if not rel.keyless:  # missing columns would be written as NULLs
+                raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
             yield from self._hold(not_full_items(ev, rel.table, rel.schema, tx, base, threshold, self.stats))
             return
         if rel.decoder is not None:

@@ -14,7 +14,7 @@ import pytest
 from mysql_testkit import TestDb, drain
 
 from replicator.checkpoint import Checkpoints
-from replicator.errors import SourceSetupError
+from replicator.errors import SourceSetupError, TerminalError
 from replicator.events.model import Op
 from replicator.pipeline.staging import BadChangeError, check_old_images
 from replicator.sources.mysql import MySQLSource
@@ -199,3 +199,19 @@ def test_an_image_that_is_not_full_stops_the_table() -> None:
     with pytest.raises(BadChangeError) as err:
         check_old_images("d.log", [ev])
     assert err.value.table == "d.log" and "binlog row image is not FULL" in str(err.value)
+
+
+@pytest.mark.integration
+def test_a_minimal_image_of_a_keyed_table_stops_with_the_table_named(
+    db: TestDb, make_source: Callable[..., Any]
+) -> None:
+    """A session's MINIMAL image of a table with a key leaves out columns whose values are
+    unknown (not NULL): a terminal error naming the table, never a row written with NULLs."""
+    db.sql("CREATE TABLE kt (id INT PRIMARY KEY, b INT DEFAULT 7, t TEXT)")
+    src = make_source(db)
+    src.start(Checkpoints.at({}))
+    drain(src)
+    db.sql("SET SESSION binlog_row_image = 'MINIMAL'", "INSERT INTO kt (id) VALUES (1)")
+    with pytest.raises(TerminalError, match="does not carry every column") as err:
+        drain(src)
+    assert err.value.table == f"{db.name}.kt" and "binlog_row_image = FULL" in (err.value.hint or "")
