@@ -39,9 +39,11 @@ import pymysql
 from pymysql.cursors import Cursor
 
 from replicator.errors import SourceSetupError
+from replicator.events.block import RowBlock
 from replicator.events.model import TableSchema
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
+from replicator.sources.mysql.blocks import chunk_block
 from replicator.sources.mysql.position import (  # noqa: F401 - re-exported
     INCREMENTAL_BASE as INCREMENTAL_BASE,
 )
@@ -242,6 +244,7 @@ class Chunk:
     rows: list[tuple[Any, ...]]
     first_seq: int
     boundary: Boundary
+    block: RowBlock | None = None  # its rows as Arrow columns (``blocks.py``); None: row by row
 
 
 @dataclass
@@ -255,6 +258,7 @@ class SnapshotReader:
     last_key: tuple[Any, ...] | None = None
     next_seq: int = 0
     boundaries: BoundaryLog = field(default_factory=BoundaryLog)
+    blocks: bool = True  # convert each chunk column-wise into a ``RowBlock`` when it can
 
     def estimated_rows(self) -> int:
         total = 0
@@ -299,12 +303,18 @@ class SnapshotReader:
                 self.last_key = tuple(rows[-1][i] for i in key_idx)
                 b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
                 self.boundaries.append(b)
-                yield Chunk(t, rows, first, b)
+                yield Chunk(t, rows, first, b, self._block(t, rows))
                 if len(rows) < self.chunk_rows:
                     break
             self.table_index += 1
             self.last_key = None
             self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+
+    def _block(self, t: SnapTable, rows: list[tuple[Any, ...]]) -> RowBlock | None:
+        if not self.blocks:
+            return None
+        engines = [m.spec.type for m in t.mappings]
+        return chunk_block(t.rows.names, engines, t.rows.snapshot, rows)
 
     def finish(self) -> None:
         try:
