@@ -36,6 +36,9 @@ from replicator.sources.mysql.types import (
 )
 
 _NULL, _U16, _U24, _U64 = 251, 252, 253, 254
+# Above this many bytes a chunk is decoded by pymysql: the column-wise gather needs an 8-byte
+# index per byte of a column's values.
+RAW_BLOCK_MAX_BYTES = 32 << 20
 
 
 class _PacketResult(MySQLResult):  # type: ignore[misc]
@@ -80,6 +83,8 @@ class RawChunk:
         if not self.packets or len(self.converters) != len(names):
             return None
         convs = dict(snapshot)
+        if sum(map(len, self.packets)) > RAW_BLOCK_MAX_BYTES:
+            return None
         try:
             buf = np.frombuffer(b"".join(self.packets), dtype=np.uint8)
             lengths = np.fromiter(map(len, self.packets), dtype=np.int64, count=len(self.packets))
