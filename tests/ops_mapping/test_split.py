@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from ops_mapping import BatchMapper, MappingPolicy
 from ops_mapping.iceberg_semantics import batch_commit_parts
 from ops_mapping.split import changes_a_key, split_by_key
-from tests.ops_mapping.opsmap_harness import COMPOSITE, SIMPLE, Ev, Layout, Replica, events_batch, source_apply
+from tests.ops_mapping.opsmap_harness import (
+    COMPOSITE,
+    SIMPLE,
+    Ev,
+    Layout,
+    Replica,
+    events_batch,
+    source_apply,
+)
 from tests.ops_mapping.opsmap_properties import Scenario, ops_settings, scenarios
 
 
