@@ -51,6 +51,8 @@ def shard_of_rows(staged: pa.Table, key_columns: Sequence[str], shards: int) -> 
         values = key.to_numpy(zero_copy_only=False)
         if values.dtype.kind in "US":
             values = values.astype(object)
+        elif values.dtype.kind == "f":
+            values = values + 0.0  # -0.0 is the key 0.0 (equal keys, one shard)
         hashed = hash_array(values, categorize=False)
         combined = (combined * _MIX) ^ hashed
     return (combined % np.uint64(shards)).astype(np.int64)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ops_mapping import BatchMapper, MappingPolicy
 from ops_mapping.iceberg_semantics import batch_commit_parts
-from ops_mapping.split import changes_a_key, split_by_key
+from ops_mapping.split import changes_a_key, shard_of_rows, split_by_key
 from tests.ops_mapping.opsmap_harness import (
     COMPOSITE,
     SIMPLE,
@@ -108,3 +108,10 @@ def test_a_composite_key_change_in_one_column_keeps_the_batch_whole() -> None:
     assert split_by_key(whole, layout.key_columns, 3) == [whole]
     same = pa.Table.from_batches([events_batch(layout, events[:1])])
     assert not changes_a_key(same, layout.key_columns)
+
+
+def test_equal_float_keys_share_a_shard() -> None:
+    t = pa.table({"__rep_seq": pa.array(range(4), pa.int64()), "__rep_op": ["c", "d", "c", "d"],
+                  "__rep_bk__k": pa.array([None, -0.0, None, 2.5]), "k": pa.array([0.0, None, 2.5, None])})  # fmt: skip
+    of = shard_of_rows(t, ["k"], 7)
+    assert of[0] == of[1] and of[2] == of[3]
