@@ -56,8 +56,9 @@ def test_shards_write_under_their_own_names_and_gather_as_one(tmp_path: Path) ->
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("shape", ["plain", "partitioned, position deletes"])
 def test_one_tables_batch_split_in_two_tasks_commits_one_snapshot_per_batch(
-    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     log = ChangeLog()
     mixed(log, random.Random(7), 120)  # inserts, updates and deletes in one batch and across
@@ -66,7 +67,11 @@ def test_one_tables_batch_split_in_two_tasks_commits_one_snapshot_per_batch(
     mixed(log, random.Random(8), 120, first_tx=400)
     feed(tmp_path, "0001.jsonl", log)
     base = config(tmp_path, max_events=40)
-    cfg = base.model_copy(update={"spark": base.spark.model_copy(update={"driver_max_rows": 0, "table_parallelism": 2})})
+    update: dict[str, Any] = {"spark": base.spark.model_copy(update={"driver_max_rows": 0, "table_parallelism": 2})}
+    if shape != "plain":  # each shard fans out over partitions; earlier rows deleted by position
+        update["iceberg"] = base.iceberg.model_copy(
+            update={"partition_by": {"app.items": ["bucket(3, id)"]}, "delete_mode": "position"})
+    cfg = base.model_copy(update=update)
     tasks_per_job: list[int] = []
     spark_stage = apply_mod.apply_batch_with_spark
 
