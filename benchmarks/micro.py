@@ -3,6 +3,7 @@ still exists (same process, same data):
 
     .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
     .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
+    .venv/bin/python -m benchmarks.micro reader       # Postgres reader path: decode + assembly + events
     .venv/bin/python -m benchmarks.micro compaction   # bytes rewritten per byte appended
     .venv/bin/python -m benchmarks.micro deleted-share   # random updates over a big table: rewrites vs threshold
     .venv/bin/python -m benchmarks.micro partitioned  # the apply stage's worker: unpartitioned
@@ -15,12 +16,14 @@ still exists (same process, same data):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import decimal
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -231,15 +234,94 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
         print(f"{label}: {n:,} events in {best:.2f} s = {n / best:,.0f} events/s, {files} data files")
 
 
+def _mixed_pgoutput(events: int, seed: int = 1) -> list[bytes]:
+    """The mixed workload's shape as pgoutput: 4 tables of the 8 ``narrow_table`` columns,
+    transactions of 1 (60%), 2-20 (30%) or 50-500 changes (10%), 50% inserts, 40% updates,
+    10% deletes over 100k keys."""
+    import random
+
+    from tests.sources.postgres import pg_testkit as kit
+
+    cols = [(1, "id", 20, -1), (0, "txn", 20, -1), (0, "a", 23, -1), (0, "b", 25, -1),
+            (0, "c", 1700, (12 << 16 | 2) + 4), (0, "d", 1184, -1), (0, "e", 701, -1), (0, "f", 16, -1)]  # fmt: skip
+    rng = random.Random(seed)
+
+    def row(key: int, txn: int) -> list[str]:
+        return [str(key), str(txn), str(rng.randint(-(2**31), 2**31 - 1)),
+                f"alpha beta gamma #{rng.randint(0, 10**6)}", f"{rng.randint(-10**11, 10**11) / 100:.2f}",
+                "2024-03-04 05:06:07.123456+00", repr(rng.random() * 1e6), "t" if rng.random() < 0.5 else "f"]  # fmt: skip
+
+    msgs = [kit.relation(16400 + t, "public", f"m{t}", cols) for t in range(4)]
+    lsn, n, tx = 0x1000000, 0, 0
+    while n < events:
+        r = rng.random()
+        size = 1 if r < 0.6 else rng.randint(2, 20) if r < 0.9 else rng.randint(50, 500)
+        msgs.append(kit.begin(lsn + 512, 800_000_000_000_000 + tx, 1000 + tx))
+        for _ in range(size):
+            rel, key, op = 16400 + rng.randrange(4), rng.randrange(100_000), rng.random()
+            if op < 0.5:
+                msgs.append(kit.insert(rel, row(key, tx)))
+            elif op < 0.9:
+                msgs.append(kit.update(rel, row(key, tx)))
+            else:
+                msgs.append(kit.delete(rel, [str(key)] + [None] * 7))
+            n += 1
+        msgs.append(kit.commit(lsn + 512, lsn + 560, 800_000_000_000_000 + tx))
+        lsn, tx = lsn + 1024, tx + 1
+    return msgs
+
+
+def reader(events: int = 200_000, repeat: int = 3) -> None:
+    """The Postgres reader thread's per-event CPU without a server: pgoutput decode, the
+    ChangeAssembler (conversion, positions, TOAST rules) and the ChangeEvents, kept in a list
+    as a batch keeps them; the cyclic collector at CPython's default thresholds and as the
+    engine's run sets them (``replicator.pipeline.gc_policy``)."""
+    import gc
+
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.pipeline.gc_policy import run_thresholds
+    from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
+    from replicator.sources.postgres.pgoutput import decode
+    from replicator.sources.postgres.setup import TableInfo
+    from replicator.sources.postgres.toast import RowCache
+    from replicator.sources.postgres.types import TypeMapper
+
+    msgs = _mixed_pgoutput(events)
+
+    def run() -> int:
+        tables = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(4)}
+        asm = ChangeAssembler(
+            tables=tables, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
+            dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
+        )  # fmt: skip
+        out: list[Any] = []
+        for m in msgs:
+            out.extend(asm.handle(decode(m), len(m)))
+        return len(out)
+
+    for label in ("collector at CPython's defaults", "collector as the engine's run sets it"):
+        best, n = float("inf"), 0
+        for _ in range(repeat):
+            gc.collect()
+            with run_thresholds() if "engine" in label else contextlib.nullcontext():
+                t0 = time.process_time()
+                n = run()
+                best = min(best, time.process_time() - t0)
+        print(f"reader path, {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
+              f"{n / best:,.0f} events per CPU-second")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share"])
+    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader"])
     args = ap.parse_args(argv)
     if args.what == "commits":
         for before in (1, 20, 120):
             commits(before)
     elif args.what == "staging":
         staging()
+    elif args.what == "reader":
+        reader()
     elif args.what == "partitioned":
         partitioned()
     elif args.what == "deleted-share":

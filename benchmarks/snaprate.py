@@ -1,13 +1,17 @@
 """Initial-snapshot rate after start-up against a raw ``COPY ... TO STDOUT`` into /dev/null.
 
     .venv/bin/python -m benchmarks.snaprate --rows 2000000 [--spark] [--profile FILE]
+    .venv/bin/python -m benchmarks.snaprate --source mariadb --rows 1000000 [--baseline TREE]
 
 Set-up (not measured): the 8-column ``big`` table of ``benchmarks.bigsnapshot``. Then, in the
 same run: the raw COPY of the whole table (psycopg's ``copy``, bytes written to /dev/null),
 and ``replicator run --until-idle`` on it, its committed row count polled from the catalog
 every 0.2 s. "After start-up" is from the first commit seen to the last: rows committed in
 between over that time (start-up: interpreter, catalog, slot, JVM when on Spark, the first
-chunk). Without ``--spark`` every batch is written in the engine's own process
+chunk). ``--source mariadb``: the same 8 columns in a private MariaDB (bigint key, int, text,
+decimal(12,2), double, timestamp(6), boolean, date), the raw read being pymysql's keyset-
+paginated SELECTs of 10k rows (the source's own reading, values converted by pymysql, into
+nothing). Without ``--spark`` every batch is written in the engine's own process
 (``spark.driver_max_rows`` above the batch size), as one core's rate.
 """
 
@@ -43,6 +47,42 @@ def _raw_copy_devnull(dsn: str) -> dict[str, Any]:
     return {"seconds": round(time.perf_counter() - t0, 2)}
 
 
+MARIADB_DDL = (
+    "CREATE TABLE big (id BIGINT PRIMARY KEY, a INT, b TEXT, c DECIMAL(12,2), d DOUBLE, "
+    "e TIMESTAMP(6) NULL, f BOOLEAN, g DATE)"
+)
+MARIADB_FILL = (
+    "INSERT INTO big SELECT seq, seq % 100000, CONCAT('name-', seq), (seq % 1000000) / 100, "
+    "seq * 0.25, TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND, seq % 3 = 0, "
+    "DATE'2000-01-01' + INTERVAL (seq % 9000) DAY FROM seq_{lo}_to_{hi}"
+)
+
+
+def _mariadb_setup(db: Any, rows: int) -> None:
+    db.execute(MARIADB_DDL, db=db.dbname)
+    for lo in range(1, rows + 1, 1_000_000):
+        hi = min(lo + 999_999, rows)
+        db.execute("SET time_zone = '+00:00'", MARIADB_FILL.format(lo=lo, hi=hi), db=db.dbname)
+
+
+def _raw_select(db: Any, chunk: int = 10_000) -> dict[str, Any]:
+    """The whole table as the source reads it (keyset pages, pymysql's values), dropped."""
+    conn = db.connect(db=db.dbname)
+    t0 = time.perf_counter()
+    last = 0
+    try:
+        while True:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT * FROM big WHERE id > {last} ORDER BY id LIMIT {chunk}")
+                got = cur.fetchall()
+            if not got:
+                break
+            last = got[-1][0]
+    finally:
+        conn.close()
+    return {"seconds": round(time.perf_counter() - t0, 2)}
+
+
 def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) -> dict[str, Any]:
     pre = [sys.executable]
     if profile is not None:
@@ -69,12 +109,15 @@ def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) ->
 
 
 def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str, Any]:
-    """One engine's run on the table (its own slot, catalog and state)."""
+    """One engine's run on the table (its own slot or server id, catalog and state)."""
     import yaml
 
     base.mkdir(parents=True)
     source: dict[str, Any] = {"type": "postgres", "dsn": dsn, "tables": ["public.big"],
                               "slot": f"rep_{base.name}"}  # fmt: skip
+    if args.source == "mariadb":
+        source = {"type": "mysql", "dsn": dsn, "tables": ["shop.big"],
+                  "server_id": 4100 + sum(map(ord, base.name)) % 800}  # fmt: skip
     if args.chunk_rows:
         source["snapshot_chunk_rows"] = args.chunk_rows
     cfg: dict[str, Any] = {
@@ -102,7 +145,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", type=Path, action="append", default=[],
                     help="a checkout of the engine to run first on the same table (same run; "
                     "repeatable)")
+    ap.add_argument("--source", choices=["postgres", "mariadb"], default="postgres")
     args = ap.parse_args(argv)
+    if args.source == "mariadb":
+        _main_mariadb(args)
+        return
 
     from sample_dbs.postgres.server import PrivatePostgres
 
@@ -127,6 +174,31 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(pg_dir, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+def _main_mariadb(args: argparse.Namespace) -> None:
+    from sample_dbs.mysql.server import PrivateMariaDB
+
+    base = Path(tempfile.mkdtemp(prefix="rp-snaprate-"))
+    db_dir = tempfile.mkdtemp(prefix="rp-snaprate-mdb-")
+    result: dict[str, Any] = {"source": "mariadb", "rows": args.rows, "spark": args.spark}
+    try:
+        with PrivateMariaDB(db_dir) as db:
+            _mariadb_setup(db, args.rows)
+            result["load_before"] = Path("/proc/loadavg").read_text().split()[:3]
+            raw = min((_raw_select(db) for _ in range(2)), key=lambda r: r["seconds"])
+            result["raw_select"] = raw
+            raw["rows_per_s"] = round(args.rows / raw["seconds"])
+            engines = [(f"baseline{i}:{tree}", tree) for i, tree in enumerate(args.baseline)]
+            for label, tree in [*engines, ("engine", ROOT)]:
+                result[label] = eng = _one(args, db.dsn, base / label.split(":")[0], tree)
+                eng["ratio_to_raw_select"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
+            result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+            result["raw_select_after_rows_per_s"] = round(args.rows / _raw_select(db)["seconds"])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(db_dir, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 

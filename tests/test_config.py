@@ -394,8 +394,8 @@ def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     for setting, message in bad.items():
         with pytest.raises(ConfigError, match=message):
             load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, {setting}}}\n" + base % ""))
-    with pytest.raises(ConfigError, match="not supported for mysql sources yet"):
-        load_config(_write(tmp_path, "source: {type: mysql, dsn: x, keyless_tables: [a.b]}\n" + base % ""))
+    mysql = load_config(_write(tmp_path, "source: {type: mysql, dsn: x, keyless_tables: [a.b]}\n" + base % ""))
+    assert mysql.keyless_tables == frozenset({"a.b"})
     with pytest.raises(ConfigError, match="always written with position deletes"):
         load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [a.b]}\n"
                            + base % ", delete_mode_by_table: {a.b: equality}"))

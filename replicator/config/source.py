@@ -216,16 +216,6 @@ class MySQLSourceConfig(_DatabaseSource):
         "mysql-replication decodes every row (the reference path, slower)",
     )
 
-    @field_validator("keyless_tables")
-    @classmethod
-    def _no_keyless_yet(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        if names:
-            raise ValueError(
-                "source.keyless_tables is not supported for mysql sources yet (Postgres only): "
-                "give each table a primary key"
-            )
-        return names
-
     @property
     def location(self) -> str:
         return redact_dsn(self.dsn)

@@ -99,12 +99,12 @@ class BlockEvent(ChangeEvent):
     block: RowBlock
     start: int
     stop: int
-    prefix: tuple[int, ...]
+    prefix: tuple[Any, ...]
     first_seq: int
 
     def __init__(
         self, table: str, schema: TableSchema | None, block: RowBlock, start: int, stop: int,
-        source: str, prefix: tuple[int, ...], first_seq: int,
+        source: str, prefix: tuple[Any, ...], first_seq: int,
     ) -> None:  # fmt: skip
         if stop <= start:
             raise ValueError("a block event holds at least one row")

@@ -9,7 +9,7 @@ source-independent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import total_ordering
@@ -287,6 +287,49 @@ def read_events(
         s_error(ev, None)
         add(ev)
     return out
+
+
+EventBuilder = Callable[
+    [str, Op, Mapping[str, Any] | None, Mapping[str, Any] | None, tuple[Any, ...],
+     TableSchema | None, int | None, str | None, bool, str | None],
+    ChangeEvent,
+]  # fmt: skip
+
+
+def event_builder(source: str) -> EventBuilder:
+    """``build(table, op, before, after, parts, schema, ts_ms, tx_id, last_in_tx, error)``:
+    what ``ChangeEvent(table, op, before, after, position=SourcePosition(source, parts), ...)``
+    gives, for a source's change stream: without the keyword handling and the image checks
+    (the caller holds the image rules; ``parts`` is a tuple). About half the constructors'
+    cost, once per change."""
+    e = _EVENT_SET
+    s_table, s_op, s_before, s_after, s_pos = e["table"], e["op"], e["before"], e["after"], e["position"]
+    s_schema, s_ts, s_tx, s_last, s_error = e["schema_"], e["ts_ms"], e["tx_id"], e["last_in_tx"], e["error"]
+    p_source, p_parts = _POSITION_SET["source"], _POSITION_SET["parts"]
+    new = _new
+
+    def build(
+        table: str, op: Op, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+        parts: tuple[Any, ...], schema: TableSchema | None, ts_ms: int | None, tx_id: str | None,
+        last_in_tx: bool, error: str | None,
+    ) -> ChangeEvent:  # fmt: skip
+        pos = new(SourcePosition)
+        p_source(pos, source)
+        p_parts(pos, parts)
+        ev = new(ChangeEvent)
+        s_table(ev, table)
+        s_op(ev, op)
+        s_before(ev, before)
+        s_after(ev, after)
+        s_pos(ev, pos)
+        s_schema(ev, schema)
+        s_ts(ev, ts_ms)
+        s_tx(ev, tx_id)
+        s_last(ev, last_in_tx)
+        s_error(ev, error)
+        return ev
+
+    return build
 
 
 @dataclass(frozen=True, slots=True)

@@ -428,14 +428,20 @@ def _write_manifests(
         manifest(ManifestContent.DELETES, spec_id, entries)
     rewritten = {m.manifest_path: m for m, _ in plan.previous.values()}
     rewritten.update(plan.removal.manifests)
+    # The rewritten manifests of one content and spec become one manifest: a compaction that
+    # removes files from many manifests lists one removal manifest per content, not one per
+    # source manifest (readers that open every listed manifest, pyiceberg's planning among
+    # them, paid for each until the next commit dropped them).
+    regrouped: dict[tuple[ManifestContent, int], list[FileEntry]] = {}
     for listed in rewritten.values():
         spec = metadata.specs()[listed.partition_spec_id]
-        entries = [
+        regrouped.setdefault((listed.content, listed.partition_spec_id), []).extend(
             replace(e, status=Status.DELETED if _replaced(e, plan) or plan.removal.drops(e) else Status.EXISTING)
             for e in read_manifest(table.io, listed, spec, metadata.schema())
             if e.status != Status.DELETED
-        ]
-        manifest(listed.content, listed.partition_spec_id, entries)
+        )
+    for (content, spec_id), entries in regrouped.items():
+        manifest(content, spec_id, entries)
     carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
     to_list, merged = merge_small_manifests(table, [*new, *carried], plan.snapshot_id, write)
     ours = [m.manifest_path for m in merged if m.added_snapshot_id == plan.snapshot_id]

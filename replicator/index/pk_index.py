@@ -19,7 +19,10 @@ most of them skipped by their bloom filter. Resident: the bloom filters and spar
 (~1.3 bytes a key); on disk ~28 bytes a key plus tombstones until merged away.
 
 Durability: runs are written whole then renamed; the manifest (``manifest.py``) is replaced
-atomically after them, so a crash leaves the previous state or the new one. A missing or torn
+atomically after them, so a crash leaves the previous state or the new one. One durability
+point per change: the runs a change writes and merges away at once are never fsynced, the
+ones its manifest names are, just before it (the index is written after the table's commit,
+so it may lag the table, never lead it). A missing or torn
 manifest raises IndexCorruptError: rebuild from the table (``rebuild``).
 """
 
@@ -45,6 +48,7 @@ from replicator.index.runs import (
     Run,
     merge_runs,
     sort_unique,
+    sync_run,
     write_run,
 )
 
@@ -390,12 +394,19 @@ class PrimaryKeyIndex:
         )
         runs = list(self._runs)
         if ents is not None and len(ents):
-            run = write_run(self._dir / f"run-{m.next_run:08d}", [ents])
+            # Unsynced: it is usually merged into the run before it at once (binary counter);
+            # only the runs the new manifest names are synced, once, before it (one
+            # durability point per change instead of one per run and merge).
+            run = write_run(self._dir / f"run-{m.next_run:08d}", [ents], sync=False)
             m = m.evolve(next_run=m.next_run + 1)
             if run is not None:
                 runs.append(run)
+        m, runs = self._merge_tail(m, runs)
+        old = {r.name for r in self._runs}
+        for r in runs:
+            if r.name not in old:
+                sync_run(r)
         self._install(m, runs)
-        self._merge_tail()
 
     def _check_new(self, fresh: Entries, tombstones: Entries | None, gone_ids: list[int], files: dict[int, str]) -> None:
         """Refuse added keys that are twice in the change or still live in the index."""
@@ -449,19 +460,20 @@ class PrimaryKeyIndex:
         self._refresh_maps()
         self._drop_unreferenced()
 
-    def _merge_tail(self) -> None:
+    def _merge_tail(self, m: Manifest, runs: list[Run]) -> tuple[Manifest, list[Run]]:
         """Merge the newest run into the one before while it is at least as big (a binary
-        counter: O(log n) runs, each entry rewritten O(log n) times)."""
-        while len(self._runs) >= 2 and self._runs[-2].count <= self._runs[-1].count:
-            complete = len(self._runs) == 2
-            m = self._m
+        counter: O(log n) runs, each entry rewritten O(log n) times). The merged runs are
+        written unsynced; the caller syncs the survivors and installs the manifest."""
+        while len(runs) >= 2 and runs[-2].count <= runs[-1].count:
+            complete = len(runs) == 2
+            dead = np.array(m.dead, dtype=np.int32)
             name = f"run-{m.next_run:08d}"
-            merged = merge_runs(self._runs[-2:], self._dir / name, self._dead, complete=complete)
-            runs = self._runs[:-2] + ([merged] if merged is not None else [])
+            merged = merge_runs(runs[-2:], self._dir / name, dead, complete=complete, sync=False)
+            runs = runs[:-2] + ([merged] if merged is not None else [])
             m = m.evolve(next_run=m.next_run + 1)
             if complete:  # no entry names a dead file any more
                 m = m.evolve(dead=())
-            self._install(m, runs)
+        return m, runs
 
     def _drop_unreferenced(self) -> None:
         keep = {r.name for r in self._runs}

@@ -11,7 +11,9 @@ sorted by ``(hi, lo)``, each fingerprint at most once:
 Only ``bloom``, ``segments`` and ``sparse`` are resident (~1.3 bytes a key); the entries are memory-mapped
 for the duration of one lookup or merge and unmapped after, so they live in the page cache,
 not in the process. Runs are written to ``<name>.tmp``, fsynced and renamed: a run either
-exists whole or not at all.
+exists whole or not at all. A change of the index fsyncs only the runs its manifest names:
+runs it writes and merges away in the same change are written unsynced (``sync=False``) and
+the survivors synced (``sync_run``) before the manifest is replaced.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["Entries", "Run", "TOMBSTONE", "merge_runs", "write_run"]
+__all__ = ["Entries", "Run", "TOMBSTONE", "merge_runs", "sync_run", "write_run"]
 
 TOMBSTONE = -1
 STRIDE = 512  # entries between two sparse samples: a search reads at most one 4 KiB page of hi
@@ -192,7 +195,7 @@ def _bloom_positions(hi: np.ndarray, lo: np.ndarray, bits: np.ndarray) -> Iterat
             yield (((lo + np.uint64(i) * h2) & mask) * bits) >> np.uint64(32)
 
 
-def _write_bloom(tmp: Path, count: int, sparse: np.ndarray, stride: int) -> int:
+def _write_bloom(tmp: Path, count: int, sparse: np.ndarray, stride: int, sync: bool) -> int:
     """The bloom filter of the sorted run being written in ``tmp``, built one segment (a
     range of hi, at most about BLOOM_SEGMENT_ENTRIES keys) at a time so building it needs
     little memory; returns the segment bits."""
@@ -212,13 +215,17 @@ def _write_bloom(tmp: Path, count: int, sparse: np.ndarray, stride: int) -> int:
                 bits[p] = True
             np.packbits(bits, bitorder="little").tofile(f)
             offsets[j + 1] = offsets[j] + nbytes
-        f.flush()
-        os.fsync(f.fileno())
+        _flush(f, sync)
     with open(tmp / "segments.bin", "wb") as f:
         offsets.tofile(f)
-        f.flush()
-        os.fsync(f.fileno())
+        _flush(f, sync)
     return segment_bits
+
+
+def _flush(f: IO[Any], sync: bool) -> None:
+    f.flush()
+    if sync:
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -229,9 +236,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
+def write_run(path: Path, parts: Iterable[Entries], sync: bool = True) -> Run | None:
     """Write entries (each part sorted by (hi, lo), parts in order, fingerprints unique) as
-    the run ``path``; None (and nothing written) when there are none."""
+    the run ``path``; None (and nothing written) when there are none. ``sync=False``: nothing
+    is fsynced (the run is complete in the page cache, not yet on disk): a run that may be
+    merged away before any manifest names it; ``sync_run`` it before a manifest does."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -247,26 +256,35 @@ def write_run(path: Path, parts: Iterable[Entries]) -> Run | None:
             count += len(part)
     finally:
         for out in outs.values():
-            out.flush()
-            os.fsync(out.fileno())
+            _flush(out, sync)
             out.close()
     if count == 0:
         shutil.rmtree(tmp)
         return None
     sparse = np.concatenate(samples)
-    segment_bits = _write_bloom(tmp, count, sparse, stride)
+    segment_bits = _write_bloom(tmp, count, sparse, stride, sync)
     with open(tmp / "sparse.bin", "wb") as f:
         sparse.tofile(f)
-        f.flush()
-        os.fsync(f.fileno())
+        _flush(f, sync)
     with open(tmp / "meta.json", "w") as f:
         json.dump({"count": count, "segment_bits": segment_bits, "stride": stride}, f)
-        f.flush()
-        os.fsync(f.fileno())
+        _flush(f, sync)
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
-    _fsync_dir(path.parent)
+    if sync:
+        _fsync_dir(path.parent)
     return Run.open(path, count)
+
+
+def sync_run(run: Run) -> None:
+    """Make a run written with ``sync=False`` durable: every file of it, then its name."""
+    for child in sorted(run.path.iterdir()):
+        fd = os.open(child, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _fsync_dir(run.path.parent)
 
 
 def sort_order(hi: np.ndarray, lo: np.ndarray, tie: np.ndarray) -> np.ndarray:
@@ -313,6 +331,7 @@ def merge_runs(
     dead_files: np.ndarray,
     complete: bool,
     duplicates: str = "newest",
+    sync: bool = True,
 ) -> Run | None:
     """Merge ``runs`` (oldest first) into the run ``path``, newest entry per key.
 
@@ -354,4 +373,4 @@ def merge_runs(
                 s = Entries(s.hi, s.lo, np.where(gone, TOMBSTONE, s.file).astype(np.int32), s.pos)
             yield s
 
-    return write_run(path, pieces())
+    return write_run(path, pieces(), sync)

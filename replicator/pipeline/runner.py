@@ -34,6 +34,7 @@ from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
+from replicator.pipeline.gc_policy import run_thresholds
 from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import position_indexes
 from replicator.pipeline.reader import Failed, Idle, SourceReader
@@ -244,7 +245,7 @@ class Replicator:
         start = time.monotonic()
         where = self.cfg.source.location
         log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
-        with state_lock(self.cfg.state_dir):
+        with state_lock(self.cfg.state_dir), run_thresholds():
             self._load_checkpoints()
             self.source.start(self.checkpoints)
             self.resnapshots.start(sorted(self.checkpoints.positions()))

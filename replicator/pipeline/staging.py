@@ -156,12 +156,15 @@ def _reject(
 def check_old_images(table: str, events: Sequence[ChangeEvent]) -> None:
     """A table without a primary key names the row an update or delete removes by its whole
     old image: one that arrives without it (Postgres not REPLICA IDENTITY FULL, MySQL not
-    binlog_row_image=FULL) cannot be applied, and the table stops (``BadChangeError``)."""
+    binlog_row_image=FULL) cannot be applied, and the table stops (``BadChangeError``); so
+    does any change the source marked with an error (a MySQL row image that is not FULL, or
+    an old row that does not convert)."""
     for ev in events:
-        if ev.op in (Op.UPDATE, Op.DELETE) and (ev.before is None or ev.error is not None):
+        if ev.error is not None or (ev.op in (Op.UPDATE, Op.DELETE) and ev.before is None):
             raise BadChangeError(
                 f"{table} has no primary key and this {ev.op.value!r} change carries no full old row "
-                "image, so the row it changes cannot be found",
+                "image, so the row it changes cannot be found" if ev.error is None else
+                f"{table} has no primary key and this {ev.op.value!r} change cannot be applied: {ev.error}",
                 table=table,
                 position=ev.position,
                 hint=f"Postgres: ALTER TABLE {table} REPLICA IDENTITY FULL; MySQL: SET GLOBAL "

@@ -105,7 +105,7 @@ def source_side(cfg: RunConfig) -> SourceSide:
         )
     from replicator.verify.mysql_side import MySQLSide
 
-    return MySQLSide(src.dsn, server_id=src.server_id, state_dir=cfg.state_dir)
+    return MySQLSide(src.dsn, server_id=src.server_id, state_dir=cfg.state_dir, keyless_tables=src.keyless_tables)
 
 
 def keyed_tables(found: list[SourceTable], cfg: RunConfig) -> list[SourceTable]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,9 +100,11 @@ class MySQLSide:
     exact = True
 
     def __init__(
-        self, dsn: str, *, server_id: int, state_dir: Path, zero_dates: str = "null"
+        self, dsn: str, *, server_id: int, state_dir: Path, zero_dates: str = "null",
+        keyless_tables: Collection[str] = (),
     ) -> None:
         self.params = setup.parse_dsn(dsn)
+        self.keyless_tables = keyless_tables  # listed by ``tables``, skipped by the diff
         self.server_id = server_id  # the engine's
         # A binlog reader of our own: never the engine's id (MariaDB would cut it off).
         self.reader_id = 0x7F000000 + (os.getpid() & 0xFFFF) * 8 + (server_id & 7)
@@ -151,7 +153,7 @@ class MySQLSide:
 
     # -- tables ------------------------------------------------------------------------------
     def tables(self, configured: Sequence[str] | None) -> list[MySQLTable]:
-        infos = setup.list_tables(self.aux, configured, self.params.database)
+        infos = setup.list_tables(self.aux, configured, self.params.database, keyless=self.keyless_tables)
         defs = describe_tables(self.aux, infos)
         out = []
         for info in infos:

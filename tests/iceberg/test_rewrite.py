@@ -217,3 +217,29 @@ def test_removing_a_file_that_is_not_live_is_refused(built: Built) -> None:
             remove=[built.files["e2"]],
             summary={"total-records": "1"},
         )
+
+
+def test_a_rewrite_lists_one_rewritten_manifest_per_content(built: Built) -> None:
+    """A compaction removing files listed by several manifests writes one rewritten manifest
+    per content (not one per source manifest): readers that open every listed manifest
+    (pyiceberg plans that way) paid for each until the next commit dropped them."""
+    t = convert(built)
+    f = built.files
+    head = t.current_snapshot()
+    assert head is not None
+    assert sum(m.content == ManifestContent.DATA for m in head.manifests(t.io)) == 2  # d1's, d2's
+    t = commit_rewrite(
+        t,
+        expected_snapshot_id=head.snapshot_id,
+        remove=[f["d1"], f["d2"], f["p3"], f["conv"]],
+        add_data=[data_file(t, "compacted", built.expected)],
+        data_sequence_number=2,
+        summary={"replicator.maintenance": "compaction"},
+    )
+    now = t.current_snapshot()
+    assert now is not None
+    listed = [(m.content, m.added_files_count, m.existing_files_count, m.deleted_files_count)
+              for m in now.manifests(t.io)]
+    assert sorted(listed) == [(ManifestContent.DATA, 0, 0, 2), (ManifestContent.DATA, 1, 0, 0),
+                              (ManifestContent.DELETES, 0, 0, 2)]
+    assert pyiceberg_rows(t) == built.expected

@@ -150,3 +150,36 @@ def test_runs_left_by_a_crash_are_removed_on_open(tmp_path: Path) -> None:
     reopened = PrimaryKeyIndex.open(tmp_path / "i")
     assert sorted(p.name for p in (tmp_path / "i").iterdir() if p.is_dir()) == ["run-00000000"]
     assert where(reopened, 1, 1, 2) == [("d1", 0), ("d1", 1)]
+
+
+def test_a_change_syncs_every_run_its_manifest_names_before_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One durability point per change: the runs a change writes and merges away are never
+    fsynced, but every file of every run the new manifest names is, before the manifest."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    index = PrimaryKeyIndex.create(tmp_path / "i")
+    snap: int | None = None
+    earlier: set[str] = set()  # synced by earlier changes
+    for b in range(1, 9):  # 8 equal batches: the binary counter merges at every other one
+        synced.clear()
+        index.apply_batch(snap, b, [FileRows(f"d{b}", ints(*range(b * 10, b * 10 + 10)))])
+        snap = b
+        manifest_at = next(i for i, p in enumerate(synced) if p.endswith(MANIFEST + ".tmp"))
+        before = earlier | set(synced[:manifest_at])
+        earlier |= set(synced)
+        for name, _count in index._m.runs:
+            run_dir = tmp_path / "i" / name
+            assert {str(f) for f in run_dir.iterdir()} <= before, (b, name)
+        synced_runs = {Path(p).parent.name for p in synced if "/run-" in p}
+        assert synced_runs <= {name for name, _c in index._m.runs}, (b, synced_runs)
+    assert where(PrimaryKeyIndex.open(tmp_path / "i"), 8, 10, 45, 89) == [("d1", 0), ("d4", 5), ("d8", 9)]

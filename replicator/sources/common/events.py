@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, event_builder
 
 # table, op, before, after, position parts, schema, ts_ms, tx_id, last in its transaction
 EventMaker = Callable[
@@ -32,6 +32,9 @@ def event_maker(source: str) -> EventMaker:
     ``last``, until it knows whether the transaction ends there). A ``BadKey`` before image
     makes an event carrying its error."""
 
+    build = event_builder(source)
+    delete, truncate = Op.DELETE, Op.TRUNCATE
+
     def make_event(
         table: str,
         op: Op,
@@ -48,9 +51,15 @@ def event_maker(source: str) -> EventMaker:
                 table, op, dict(before), None, position=SourcePosition(source, parts),
                 schema=schema, ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last, error=before.error,
             )  # fmt: skip
-        return ChangeEvent(
-            table, op, before, after, position=SourcePosition(source, parts), schema=schema,
-            ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
-        )  # fmt: skip
+        if (
+            (after is None and op is not delete and op is not truncate)
+            or (before is None and op is delete)
+            or type(parts) is not tuple
+        ):  # the constructor's checks, with its errors
+            return ChangeEvent(
+                table, op, before, after, position=SourcePosition(source, parts), schema=schema,
+                ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last,
+            )  # fmt: skip
+        return build(table, op, before, after, parts, schema, ts_ms, tx_id, last, None)
 
     return make_event

@@ -261,6 +261,9 @@ class TableInfo:
     schema: str
     name: str
     pk_columns: tuple[str, ...]  # in index order; empty without a primary key
+    # Committed but no longer on the server as a table to replicate (dropped, renamed, or
+    # its key lost while the engine was stopped); a table in source.keyless_tables is not.
+    gone: bool = False
 
     @property
     def qualified(self) -> str:
@@ -295,14 +298,15 @@ def list_tables(
     default_db: str | None,
     *,
     committed: Collection[str] = (),
+    keyless: Collection[str] = (),
 ) -> list[TableInfo]:
     """The configured tables (``db.table``, or ``table`` in the DSN's database), or by default
     every base table with a primary key in the DSN's database (all user databases without
-    one).
+    one); the ``keyless`` ones (``source.keyless_tables``) are replicated without a key.
 
     ``committed``: tables with committed changes. One of them that is selected (configured,
     or in the default scope) but no longer exists or lost its primary key was renamed,
-    dropped or altered while the engine was stopped: it is listed with empty ``pk_columns``
+    dropped or altered while the engine was stopped: it is listed with ``gone`` set
     (a "gone" table) instead of being left out silently or refused here, so the stream can
     follow it up to the statement that changed it and stop there, as it does live."""
     sql = (
@@ -310,12 +314,16 @@ def list_tables(
         "WHERE TABLE_TYPE = 'BASE TABLE'"
     )
     if tables is None:
-        return _default_tables(conn, sql, default_db, committed)
-    return _configured_tables(conn, sql, tables, default_db, committed)
+        return _default_tables(conn, sql, default_db, committed, keyless)
+    return _configured_tables(conn, sql, tables, default_db, committed, keyless)
 
 
 def _default_tables(
-    conn: pymysql.Connection[Cursor], sql: str, default_db: str | None, committed: Collection[str]
+    conn: pymysql.Connection[Cursor],
+    sql: str,
+    default_db: str | None,
+    committed: Collection[str],
+    keyless: Collection[str],
 ) -> list[TableInfo]:
     """``list_tables`` without configured tables: every keyed base table in scope."""
     params: tuple[Any, ...] = ()
@@ -328,7 +336,7 @@ def _default_tables(
     found = [(str(s), str(t)) for s, t in query(conn, sql + " ORDER BY 1, 2", params)]
     keys = _pk_columns(conn, default_db)
     infos = [TableInfo(s, t, keys.get((s, t), ())) for s, t in found]
-    live = {i.qualified for i in infos if i.pk_columns}
+    live = {i.qualified for i in infos if i.pk_columns or i.qualified in keyless}
     gone = [
         _gone(c)
         for c in sorted(committed)
@@ -340,12 +348,13 @@ def _default_tables(
         )
     ]
     for i in infos:
-        if not i.pk_columns and i.qualified not in committed:
+        if i.qualified not in live and i.qualified not in committed:
             log.warning(
-                "not replicating %s: it has no primary key (%s)", i.qualified, key_hint(conn, i)
-            )
+                "not replicating %s: it has no primary key (%s, or list it in "
+                "source.keyless_tables)", i.qualified, key_hint(conn, i),
+            )  # fmt: skip
     if gone:
-        return [i for i in infos if i.pk_columns] + gone
+        return [i for i in infos if i.qualified in live] + gone
     where = default_db or "any user database"
     if not infos:  # information_schema shows only what the user may access
         raise SourceSetupError(
@@ -353,12 +362,13 @@ def _default_tables(
             hint=f"GRANT SELECT ON {quote_ident(default_db) if default_db else '*'}.* "
             f"TO {current_user(conn)};",
         )
-    if not any(i.pk_columns for i in infos):
+    if not live:
         raise SourceSetupError(
             f"no table with a primary key in {where}",
-            hint="ALTER TABLE <db>.<table> ADD PRIMARY KEY (<columns>);",
+            hint="ALTER TABLE <db>.<table> ADD PRIMARY KEY (<columns>); or list it in "
+            "source.keyless_tables",
         )
-    return [i for i in infos if i.pk_columns]
+    return [i for i in infos if i.qualified in live]
 
 
 def _configured_tables(
@@ -367,8 +377,10 @@ def _configured_tables(
     tables: Sequence[str],
     default_db: str | None,
     committed: Collection[str],
+    keyless: Collection[str],
 ) -> list[TableInfo]:
-    """``list_tables`` of the configured tables: each must exist with a primary key."""
+    """``list_tables`` of the configured tables: each must exist with a primary key (or be
+    in ``keyless``)."""
     wanted: list[tuple[str, str]] = []
     for name in tables:
         schema, dot, table = name.partition(".")
@@ -386,7 +398,7 @@ def _configured_tables(
     for schema, table in dict.fromkeys(wanted):
         info = TableInfo(schema, table, keys.get((schema, table), ()))
         if info.qualified in committed and (
-            (schema, table) not in existing or not info.pk_columns
+            (schema, table) not in existing or not (info.pk_columns or info.qualified in keyless)
         ):
             out.append(_gone(info.qualified))
             continue
@@ -398,10 +410,12 @@ def _configured_tables(
                 hint=f"GRANT SELECT ON {quote_ident(schema)}.* TO {current_user(conn)};  "
                 "-- if it exists",
             )
-        if not info.pk_columns:
+        if not info.pk_columns and info.qualified not in keyless:
             raise SourceSetupError(
                 f"table {info.qualified} has no primary key: updates and deletes could not "
-                "be applied (the binlog names only primary key columns as the row's key)",
+                "be applied (the binlog names only primary key columns as the row's key); "
+                "add one, or list it in source.keyless_tables (a multiset of whole rows; "
+                'README "Tables without a primary key")',
                 table=info.qualified,
                 hint=key_hint(conn, info),
             )
@@ -437,7 +451,7 @@ def key_hint(conn: pymysql.Connection[Cursor], info: TableInfo) -> str:
 
 def _gone(qualified: str) -> TableInfo:
     schema, _, name = qualified.partition(".")
-    return TableInfo(schema, name, ())
+    return TableInfo(schema, name, (), gone=True)
 
 
 def check_select(conn: pymysql.Connection[Cursor], tables: Sequence[TableInfo]) -> None:

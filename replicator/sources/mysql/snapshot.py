@@ -39,9 +39,11 @@ import pymysql
 from pymysql.cursors import Cursor
 
 from replicator.errors import SourceSetupError
+from replicator.events.block import RowBlock
 from replicator.events.model import TableSchema
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
+from replicator.sources.mysql.blocks import chunk_block
 from replicator.sources.mysql.position import (  # noqa: F401 - re-exported
     INCREMENTAL_BASE as INCREMENTAL_BASE,
 )
@@ -57,6 +59,7 @@ from replicator.sources.mysql.position import (
 from replicator.sources.mysql.position import (
     snapshot_seq as snapshot_seq,
 )
+from replicator.sources.mysql.rawchunk import RawChunk
 from replicator.sources.mysql.setup import TableInfo, current_user, master_status, query
 from replicator.sources.mysql.types import (
     ColumnDef,
@@ -242,6 +245,10 @@ class Chunk:
     rows: list[tuple[Any, ...]]
     first_seq: int
     boundary: Boundary
+    block: RowBlock | None = None  # its rows as Arrow columns (``blocks.py``); None: row by row
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.block is None else self.block.num_rows
 
 
 @dataclass
@@ -255,6 +262,7 @@ class SnapshotReader:
     last_key: tuple[Any, ...] | None = None
     next_seq: int = 0
     boundaries: BoundaryLog = field(default_factory=BoundaryLog)
+    blocks: bool = True  # convert each chunk column-wise into a ``RowBlock`` when it can
 
     def estimated_rows(self) -> int:
         total = 0
@@ -275,12 +283,26 @@ class SnapshotReader:
         select = ", ".join(m.select for m in t.mappings)
         return f"SELECT {select} FROM {t.info.sql}", pk, key_idx
 
+    def _keyless_chunks(self, t: SnapTable, sql: str) -> Iterator[Chunk]:
+        """A table without a primary key (``source.keyless_tables``): one unbuffered scan, in
+        chunks; never resumed at a key (``keyless.refuse_overlap``)."""
+        with self.conn.cursor(pymysql.cursors.SSCursor) as cur:
+            cur.execute(sql)
+            while rows := list(cur.fetchmany(self.chunk_rows)):
+                first = self.next_seq
+                self.next_seq += len(rows)
+                b = Boundary(self.next_seq - 1, self.table_index, None)
+                self.boundaries.append(b)
+                yield Chunk(t, rows, first, b)
+
     def chunks(self) -> Iterator[Chunk]:
         while self.table_index < len(self.tables):
             t = self.tables[self.table_index]
             base, pk, key_idx = self._sql(t)
+            if not pk:
+                yield from self._keyless_chunks(t, base)
             order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
-            while True:
+            while pk:
                 sql, params = base, list[Any]()
                 if self.last_key is not None:
                     # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
@@ -291,20 +313,39 @@ class SnapshotReader:
                         ors.append("(" + " AND ".join(terms) + ")")
                         params.extend(self.last_key[: i + 1])
                     sql += " WHERE " + " OR ".join(ors)
-                rows = query(self.conn, f"{sql}{order} LIMIT {int(self.chunk_rows)}", params)
-                if not rows:
+                rows, last, block = self._read(t, f"{sql}{order} LIMIT {int(self.chunk_rows)}", params)
+                if last is None:
                     break
                 first = self.next_seq
-                self.next_seq += len(rows)
-                self.last_key = tuple(rows[-1][i] for i in key_idx)
+                n = block.num_rows if block is not None else len(rows)
+                self.next_seq += n
+                self.last_key = tuple(last[i] for i in key_idx)
                 b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
                 self.boundaries.append(b)
-                yield Chunk(t, rows, first, b)
-                if len(rows) < self.chunk_rows:
+                yield Chunk(t, rows, first, b, block)
+                if n < self.chunk_rows:
                     break
             self.table_index += 1
             self.last_key = None
             self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+
+    def _read(
+        self, t: SnapTable, sql: str, params: list[Any]
+    ) -> tuple[list[tuple[Any, ...]], tuple[Any, ...] | None, RowBlock | None]:
+        """A chunk: (its rows as pymysql tuples, unless the block holds them; its last row as
+        pymysql decodes it, None when empty; its block)."""
+        if not self.blocks:
+            rows = query(self.conn, sql, params)
+            return rows, rows[-1] if rows else None, None
+        raw = RawChunk(self.conn, sql, params)
+        if not len(raw):
+            return [], None, None
+        engines = [m.spec.type for m in t.mappings]
+        block = raw.block(t.rows.names, engines, t.rows.snapshot)
+        if block is not None:
+            return [], raw.row(len(raw) - 1), block
+        rows = raw.rows()  # column-wise from pymysql's values, else row by row
+        return rows, rows[-1], chunk_block(t.rows.names, engines, t.rows.snapshot, rows)
 
     def finish(self) -> None:
         try:

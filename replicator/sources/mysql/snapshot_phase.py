@@ -18,12 +18,14 @@ from typing import Any
 import pymysql
 
 from replicator.checkpoint import ReplayWindow
+from replicator.events.block import BlockEvent
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
-from replicator.sources.mysql.emit import SourceStats, dead_letter, make_event
+from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.position import (
+    MYSQL,
     SNAPSHOT_BASE,
     BinlogPoint,
     BinlogPosition,
@@ -61,6 +63,10 @@ class MySnapshotPhase:
     replay: ReplayWindow
     dead_letters: DeadLetterSink
     stats: SourceStats
+    # Hand a chunk converted column-wise out as ONE event (``events.block.BlockEvent``)
+    # instead of one per row: set by a consumer that takes block events
+    # (``pipeline.reader.SourceReader``).
+    snapshot_blocks: bool = False
     _conn: pymysql.Connection[Any] | None
     _defs: dict[str, list[ColumnDef]]
     _converters: list[RowConverter]
@@ -183,36 +189,58 @@ class MySnapshotPhase:
         file, pos = self._snap_point
         n = 0
         while n < self.poll_max_events:
-            row = self._cursor.next_row() if self._cursor is not None else None
-            if row is None:
+            got = self._cursor.next_rows(self.poll_max_events - n) if self._cursor is not None else None
+            if got is None:
                 self._end_snapshot()
                 return
-            chunk, i = row
-            n += 1
-            t = chunk.table
-            parts = snapshot_parts(file, pos, chunk.first_seq + i)
-            done = self._committed.get(t.info.qualified)
-            if done is not None and parts <= done:
-                self.stats.skipped += 1
+            chunk, start, stop = got
+            n += stop - start
+            if chunk.block is not None:
+                yield from self._block_events(chunk, start, stop)
                 continue
-            try:
-                after = t.rows.from_snapshot(chunk.rows[i])
-            except ValueConversionError as exc:
-                names = t.rows.names
-                dead_letter(
-                    self.dead_letters,
-                    self.stats,
-                    t.info.qualified,
-                    t.schema,
-                    dict(zip(names, chunk.rows[i], strict=False)),
-                    parts,
-                    exc,
-                )
-                continue
-            self.stats.snapshot_rows += 1
-            yield make_event(
-                t.info.qualified, Op.READ, None, after, parts, t.schema, None, None, True
-            )
+            for i in range(start, stop):
+                ev = self._snapshot_event(chunk, i, snapshot_parts(file, pos, chunk.first_seq + i))
+                if ev is not None:
+                    yield ev
+
+    def _snapshot_event(self, chunk: Chunk, i: int, parts: Parts) -> ChangeEvent | None:
+        """Row ``i`` of a chunk read row by row: its event, or None (skipped, dead-lettered)."""
+        t = chunk.table
+        done = self._committed.get(t.info.qualified)
+        if done is not None and parts <= done:
+            self.stats.skipped += 1
+            return None
+        try:
+            after = t.rows.from_snapshot(chunk.rows[i])
+        except ValueConversionError as exc:
+            self._dead_letter_row(t, chunk.rows[i], parts, exc)
+            return None
+        self.stats.snapshot_rows += 1
+        return make_event(t.info.qualified, Op.READ, None, after, parts, t.schema, None, None, True)
+
+    def _block_events(self, chunk: Chunk, start: int, stop: int) -> Iterator[ChangeEvent]:
+        """Rows ``start:stop`` of a chunk converted column-wise (``blocks.py``): ONE event
+        for them all (``events.block.BlockEvent``) when the consumer takes blocks, else their
+        per-row events (``after`` a view of the block). Rows at or below the table's committed
+        position are skipped, as row by row; every value converted, so no dead letters."""
+        assert self._snap_point is not None and chunk.block is not None
+        t = chunk.table
+        file, pos = self._snap_point
+        first = SNAPSHOT_BASE + chunk.first_seq  # the row part of the chunk's row 0
+        done = self._committed.get(t.info.qualified)
+        if done is not None and (file, pos, first + start) <= done:
+            if (file, pos, first + stop - 1) <= done:
+                self.stats.skipped += stop - start
+                return
+            covered = done.row - (first + start) + 1  # done shares the snapshot point here
+            self.stats.skipped += covered
+            start += covered
+        ev = BlockEvent(t.info.qualified, t.schema, chunk.block, start, stop, MYSQL, (file, pos), first + start)
+        self.stats.snapshot_rows += stop - start
+        if self.snapshot_blocks:
+            yield ev
+        else:
+            yield from ev.events()
 
     def _end_snapshot(self) -> None:
         if self._snap is not None:

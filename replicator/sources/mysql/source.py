@@ -52,7 +52,7 @@ RENAME TABLE / ``ALTER TABLE .. RENAME`` / DROP TABLE of a replicated table stop
 with ``SchemaChangeError`` at that statement (every restart stops there again): re-snapshot
 the table under its new name (drop its Iceberg table), or take it out of ``source.tables``
 (list the tables explicitly when none are configured). A committed table that is gone (or
-lost its primary key) by the time the engine starts is still followed through the binlog up
+lost its primary key, unless it is in ``source.keyless_tables``) by the time the engine starts is still followed through the binlog up
 to that statement, also when the tables are selected by default (see ``setup.list_tables``):
 otherwise it would silently leave the selection with its Iceberg table stale.
 TRUNCATE is dead-lettered (not replicated), as in the Postgres source.
@@ -85,6 +85,7 @@ from replicator.sources.common.snapshot import SnapshotCursor, record_boundary
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.emit import SourceStats
 from replicator.sources.mysql.incremental import MyIncremental
+from replicator.sources.mysql.keyless import check_keyless, copied_keyless, refuse_overlap
 from replicator.sources.mysql.position import (
     MYSQL,
     BinlogPoint,
@@ -130,6 +131,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         zero_dates: str = "null",
         progress: bool | None = None,
         row_decoder: str = "fast",
+        keyless_tables: Sequence[str] = (),
     ) -> None:
         super().__init__(dead_letters)
         if zero_dates not in ZERO_DATE_POLICIES:
@@ -139,6 +141,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         self.params = setup.parse_dsn(dsn)
         self.server_id = server_id
         self.tables_config = list(tables) if tables is not None else None
+        self.keyless_tables = frozenset(keyless_tables)  # replicated without a key
         self.snapshot_chunk_rows = snapshot_chunk_rows
         self.poll_max_events = poll_max_events
         self.zero_dates = zero_dates
@@ -188,6 +191,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             for t, p in committed.items()
             if p.source == MYSQL and t in self._tables
         }
+        self._committed.update(copied_keyless(state, self._committed, self.keyless_tables))
         files = setup.binary_logs(conn)
         basename = setup.binlog_basename(list(files)[-1]) if files else ""
         self._checkpointed = sorted(t for t, p in committed.items() if p.source == "mysql")
@@ -210,13 +214,15 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             self.tables_config,
             self.params.database,
             committed=[t for t, p in committed.items() if p.source == "mysql"],
+            keyless=self.keyless_tables,
         )
+        check_keyless(listed, self.keyless_tables)
         check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in listed})
         # Committed tables renamed, dropped or stripped of their key while the engine was
         # stopped: streamed (never snapshotted) up to that statement, where the stream stops.
-        infos = [i for i in listed if i.pk_columns]
+        infos = [i for i in listed if not i.gone]
         for g in listed:
-            if not g.pk_columns:
+            if g.gone:
                 log.warning(
                     "%s is no longer on the server as a table with a primary key; following "
                     "the binlog to the statement that changed it",
@@ -273,6 +279,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             if t.qualified not in self._committed
             or not finished(self._committed[t.qualified], t.qualified)
         ]
+        refuse_overlap(needs, self.keyless_tables)  # a keyless table: the first snapshot only
         # Tables new to this pipeline are copied while streaming (MariaDB, with a state dir).
         needs = self._start_incremental(needs)
         self._seed_history([t for t in infos if t not in needs], resume)
@@ -391,6 +398,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
                 self._resume,
                 self._last_out,
                 fast_rows=self.fast_rows,
+                keyless=self.keyless_tables,
             )
             if self._incr is not None:
                 self._stream.at_boundary = self._incr.at_boundary

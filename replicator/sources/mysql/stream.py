@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from replicator.sources.mysql.framing import (
     is_commit,
     opens_explicit_group,
 )
+from replicator.sources.mysql.keyless import full_images, not_full_error, not_full_items
 from replicator.sources.mysql.retained import binlog_position
 from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
@@ -62,17 +63,7 @@ compat.install()
 
 ROW_SHIFT = 32
 _ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-_EVENTS = [
-    MariadbGtidEvent,
-    GtidEvent,
-    QueryEvent,
-    XidEvent,
-    RotateEvent,
-    TableMapEvent,
-    WriteRowsEvent,
-    UpdateRowsEvent,
-    DeleteRowsEvent,
-]
+_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, TableMapEvent, *_ROWS_EVENTS]
 
 
 @dataclass
@@ -83,6 +74,7 @@ class _Rel:
     rows: RowConverter | None = None
     key: tuple[str, ...] = ()
     decoder: RowImageDecoder | None = None  # the fast path, None: every row by the library
+    keyless: bool = False  # in source.keyless_tables: every image must be FULL
 
 
 @dataclass
@@ -115,10 +107,12 @@ class BinlogStream:
         last_out: tuple[Any, ...] = (),
         *,
         fast_rows: bool = True,
+        keyless: frozenset[str] = frozenset(),
     ) -> None:
         self.params = params
         self.server_id = server_id
         self.tables = tables
+        self.keyless = keyless  # source.keyless_tables: the whole row is the identity
         self.committed = committed
         self.history = history
         self.dead_letters = dead_letters
@@ -294,6 +288,8 @@ class BinlogStream:
             return
         meta = ev.optional_metadata
         key_idx = sorted(set(meta.simple_primary_key_list) | set(meta.primary_keys_with_prefix))
+        keyless = table in self.keyless
+        key_idx = [] if keyless else key_idx  # a key added later changes nothing (a multiset)
         sig = (
             table,
             version,
@@ -325,7 +321,7 @@ class BinlogStream:
                     table=table,
                     hint="SET GLOBAL binlog_row_metadata = 'FULL';",
                 )
-            if not key_idx:
+            if not key_idx and not keyless:
                 raise SchemaChangeError(
                     f"{table} no longer has a primary key: updates and deletes cannot be applied",
                     table=table,
@@ -349,7 +345,7 @@ class BinlogStream:
             rows = RowConverter.build(mappings, key, self.zero_dates)
             self.converters.append(rows)
             decoder = compile_table(cols, defs) if self.fast_rows else None
-            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key, decoder)
+            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key, decoder, keyless)
             if len(self._rel_cache) > 4096:  # unbounded DDL churn: start over
                 self._rel_cache = {sig: rel}
         if len(self._rel_by_columns) > 4096:
@@ -369,11 +365,7 @@ class BinlogStream:
             (r.schema for r in reversed(list(self._rel_cache.values())) if r.table == table), None
         )
         tx_id = self._tx.tx_id if self._tx is not None else f"{at[0]}:{at[1]}"
-        item = (table, Op.TRUNCATE, None, None, at, schema, ts_ms, tx_id)
-        prev, self._pending = self._pending, item
-        if prev is not None:
-            self.last_out = prev[4]
-            yield self._emit(prev, False)
+        yield from self._hold([(table, Op.TRUNCATE, None, None, at, schema, ts_ms, tx_id)])
 
     def _ddl(self, ev: QueryEvent, at: Parts) -> list[str]:
         """Applies schema changes to the history; returns the tables it truncates."""
@@ -432,6 +424,11 @@ class BinlogStream:
         threshold = done if done > self.last_out else self.last_out
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
+            return
+        if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
+            if not rel.keyless:  # missing columns would be written as NULLs
+                raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
+            yield from self._hold(not_full_items(ev, rel.table, rel.schema, tx, base, threshold, self.stats))
             return
         if rel.decoder is not None:
             fast = self._fast_rows(ev, rel.decoder)
@@ -503,6 +500,10 @@ class BinlogStream:
                 raw = row.get("values") or row.get("after_values") or {}
                 self._dead_letter(table, rel.schema, raw, parts, exc)
                 continue
+            yield from self._hold((item,))
+
+    def _hold(self, items: Iterable[tuple[Any, ...]]) -> Iterator[ChangeEvent]:
+        for item in items:  # each held back until the next: the last one ends the transaction
             prev, self._pending = self._pending, item
             if prev is not None:
                 self.last_out = prev[4]
@@ -571,7 +572,9 @@ class BinlogStream:
         raw_key = {k: values[k] for k in rel.key}  # from_binlog converts in place
         try:
             return rel.rows.from_binlog(values, none_sources)
-        except ValueConversionError:
+        except ValueConversionError as exc:
+            if rel.keyless:  # the whole old row names the row: the table stops (check_old_images)
+                return BadKey({}, f"its old row does not convert: {exc}")
             key = rel.rows.key_from_binlog(raw_key, none_sources)
             if key is None:
                 raise

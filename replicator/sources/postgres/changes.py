@@ -103,6 +103,15 @@ class _Tx:
     index: int = 0
 
 
+def _keys(rel: RelState, msg: Any, t: type) -> tuple[Any, Any]:
+    """(key, old key) of a row change as the row cache names them: (table, text values)."""
+    image = msg.new if t is not Delete else msg.old
+    key = (rel.table, tuple(image[i] for i in rel.key_idx))
+    if t is Insert or msg.old is None:
+        return key, key
+    return key, (rel.table, tuple(msg.old[i] for i in rel.key_idx))
+
+
 FetchCurrent = Callable[[RelState, TupleData, list[int]], list[Any] | None]
 
 
@@ -201,21 +210,47 @@ class ChangeAssembler:
             raise TerminalError(f"change for relation {msg.relid} before its Relation message")
         if not rel.selected:
             return None
-        table = rel.table
         parts = (tx.lsn, idx)
-        committed = self.committed.get(table)
-        skip = parts <= self.last_out or (committed is not None and parts <= committed)
+        committed = self.committed.get(rel.table)
         t = type(msg)
-        image = msg.new if t is not Delete else msg.old
-        key = (table, tuple(image[i] for i in rel.key_idx))
-        old_key = key if t is Insert or msg.old is None else (
-            table, tuple(msg.old[i] for i in rel.key_idx))  # fmt: skip
         toast = self.toast
-        if skip:
+        if parts <= self.last_out or (committed is not None and parts <= committed):
             self.stats.skipped += 1
-            toast.pop(old_key)
-            toast.pop(key)
+            if not toast.empty:
+                key, old_key = _keys(rel, msg, t)
+                toast.pop(old_key)
+                toast.pop(key)
             return None
+        if toast.empty and msg_len < ROW_CACHE_MIN_CHARS and (
+            t is not Update or UNCHANGED_TOAST not in msg.new
+        ):
+            return self._plain_change(rel, msg, t, parts, tx)
+        return self._toast_change(rel, msg, t, parts, tx, msg_len)
+
+    def _plain_change(self, rel: RelState, msg: Any, t: type, parts: Parts, tx: _Tx) -> Pending | None:
+        """``_toast_change`` when there is no TOAST state to keep: the row cache is empty and
+        the change neither goes into it (a row this small is not cached) nor misses a value."""
+        rows = rel.rows
+        assert rows is not None
+        try:
+            if t is Insert:
+                after = rows.convert(msg.new)
+                return (rel.table, Op.CREATE, None, after, parts, rel.schema, tx.ts_ms, tx.xid)
+            before = self._old_image(rel, msg) if msg.old is not None else None
+            if t is Delete:
+                return (rel.table, Op.DELETE, before, None, parts, rel.schema, tx.ts_ms, tx.xid)
+            after = rows.convert(msg.new)
+            return (rel.table, Op.UPDATE, before, after, parts, rel.schema, tx.ts_ms, tx.xid)
+        except ValueConversionError as exc:
+            return self._unconvertible(rel, msg, t, parts, tx, exc)
+
+    def _toast_change(
+        self, rel: RelState, msg: Any, t: type, parts: Parts, tx: _Tx, msg_len: int
+    ) -> Pending | None:
+        """A change that reads or keeps TOAST state (``toast.py``)."""
+        table = rel.table
+        key, old_key = _keys(rel, msg, t)
+        toast = self.toast
         rows = rel.rows
         assert rows is not None
         try:
@@ -247,14 +282,22 @@ class ChangeAssembler:
                 toast.put(key, after, size)
             return (table, Op.UPDATE, before, after, parts, rel.schema, tx.ts_ms, tx.xid)
         except ValueConversionError as exc:
-            toast.pop(old_key)
-            toast.pop(key)
-            if t is not Insert:
-                bad = self._bad_change(rel, msg, t is Delete, parts, tx, exc)
-                if bad is not None:
-                    return bad
-            self.dead_letter(rel, image, parts, exc)
-            return None
+            return self._unconvertible(rel, msg, t, parts, tx, exc)
+
+    def _unconvertible(
+        self, rel: RelState, msg: Any, t: type, parts: Parts, tx: _Tx, exc: ValueConversionError
+    ) -> Pending | None:
+        """A change with a value that does not convert: its u/d as its before key only
+        (``_bad_change``), else dead-lettered (None)."""
+        key, old_key = _keys(rel, msg, t)
+        self.toast.pop(old_key)
+        self.toast.pop(key)
+        if t is not Insert:
+            bad = self._bad_change(rel, msg, t is Delete, parts, tx, exc)
+            if bad is not None:
+                return bad
+        self.dead_letter(rel, msg.new if t is not Delete else msg.old, parts, exc)
+        return None
 
     def _bad_change(
         self, rel: RelState, msg: Any, delete: bool, parts: Parts, tx: _Tx, exc: ValueConversionError

@@ -38,7 +38,7 @@ chunk of each table's last committed row, the rest as plain inserts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -369,6 +369,19 @@ class SnapshotPlan:
     tables: list[TableInfo]  # in reading order
     last_key: list[str | None] | None  # resume after this key in the first table
     next_seq: int
+
+
+def copied_keyless(
+    state: SnapshotState | None, committed: Mapping[str, PgPosition], keyless: Collection[str], slot: str
+) -> dict[str, PgPosition]:
+    """Keyless tables this slot's completed initial snapshot copied with nothing committed for
+    them (they were empty, and none of their changes was committed since): for planning, they
+    count as committed at the snapshot, so a restart after the slot moved on does not take
+    them for tables joining a streaming pipeline (refused for keyless tables)."""
+    if state is None or not committed or not state.complete or state.slot != slot:
+        return {}
+    end = PgPosition(state.snapshot_lsn, max(state.next_seq - 1, 0))
+    return {t: end for t in sorted(keyless) if t in state.tables and t not in committed}
 
 
 def plan_resumed_snapshot(

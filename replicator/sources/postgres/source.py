@@ -83,6 +83,7 @@ from replicator.sources.postgres.snapshot import (
     SnapshotPlan,
     SnapshotReader,
     SnapshotState,
+    copied_keyless,
     plan_resumed_snapshot,
     text_loaders,
 )
@@ -251,12 +252,13 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             self._start_incremental(None, None, committed)
             return
         self._reached = self._confirmed = slot.confirmed_flush
+        planned = {**copied_keyless(state, committed, self.keyless_tables, self.slot), **committed}
         if state is not None and state.slot != self.slot:
             state = None
         plan = plan_resumed_snapshot(
-            infos, {t.qualified for t in added}, committed, self._confirmed, state
+            infos, {t.qualified for t in added}, planned, self._confirmed, state
         )
-        plan = self._start_incremental(plan, state, committed)
+        plan = self._start_incremental(plan, state, planned)
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
             self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq, state)

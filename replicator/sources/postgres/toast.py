@@ -48,6 +48,10 @@ class RowCache:
     def __len__(self) -> int:
         return len(self._rows)
 
+    @property
+    def empty(self) -> bool:
+        return not self._rows
+
     def get(self, key: Hashable) -> dict[str, Any] | None:
         hit = self._rows.get(key)
         if hit is None:

@@ -250,3 +250,38 @@ def test_a_resumed_snapshot_of_a_keyless_table_is_refused(
     with pytest.raises(SourceSetupError, match="overlaps the stream") as err:
         second.start(Checkpoints.at({"public.k": part[-1].position}))
     assert err.value.table == "public.h" and "state_dir" in (err.value.hint or "")
+
+
+def test_a_keyless_table_empty_at_the_snapshot_is_not_a_late_table(
+    sql: Callable[..., Any], make_source: Callable[..., Any], tmp_path: Any
+) -> None:
+    """A keyless table the initial snapshot found empty has nothing committed; once the slot
+    moved on, a restart must still count it as copied (not as a table joining a streaming
+    pipeline, which is refused), and stream its rows."""
+    sql("CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE h (x int); ALTER TABLE h REPLICA IDENTITY FULL;"
+        "INSERT INTO k VALUES (1)")
+    state = tmp_path / "state"
+    opts = {"tables": ["k", "h"], "keyless_tables": ["public.h"], "state_dir": state}
+    first = make_source(**opts)
+    first.start(Checkpoints.at({}))
+    snap = _poll_until(first, lambda evs: any(e.table == "public.k" for e in evs))
+    first.acknowledge(snap[-1].position)
+    sql("INSERT INTO k VALUES (2)")
+    change = _poll_until(first, lambda evs: any(e.op == Op.CREATE for e in evs))
+    first.acknowledge(change[-1].position)
+    first.close()
+    second = make_source(**opts)
+    second.start(Checkpoints.at({"public.k": change[-1].position}))
+    sql("INSERT INTO h VALUES (7), (7)")
+    rows = _poll_until(second, lambda evs: sum(e.table == "public.h" for e in evs) >= 2)
+    assert [e.after for e in rows if e.table == "public.h"] == [{"x": 7}, {"x": 7}]
+    second.close()
+
+
+def _poll_until(src: Any, done: Callable[[list[Any]], bool], tries: int = 200) -> list[Any]:
+    got: list[Any] = []
+    for _ in range(tries):
+        got += list(src.poll())
+        if done(got):
+            return got
+    raise AssertionError(f"not reached after {tries} polls: {got}")
