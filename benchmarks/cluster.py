@@ -9,7 +9,11 @@ the same changes through their own slot into their own warehouse, and ``replicat
 checks each at the end.
 
     python -m benchmarks.cluster [--tables 8] [--rows 20000] [--changes 60000]
-                                 [--delete-modes equality,position] [--out DIR]
+                                 [--delete-modes equality,position] [--table-parallelism 1,2]
+                                 [--out DIR]
+
+The single hot table case (``spark.table_parallelism``: one table's batch split by key hash
+into N tasks): ``--tables 1 --delete-modes equality --table-parallelism 1,2``.
 
 Every ``--delete-modes`` value gets both cases. In ``position`` mode the primary-key index
 lives in the driver, where the batch's keys are looked up before the stage; the rows found
@@ -82,6 +86,26 @@ def _diff(cfg: Path) -> int:
                           timeout=3600).returncode  # fmt: skip
 
 
+def _cases(work: Path, dsn: str, master: str, workers: int, modes: list[str],
+           parallelisms: list[int]) -> dict[str, Path]:
+    """Each delete mode x table parallelism, on local[2] and on the cluster."""
+    cases: dict[str, Path] = {}
+    for mode in modes:
+        for n in parallelisms:
+            suffix = ("" if mode == "equality" else f", {mode}") + ("" if n == 1 else f", table_parallelism {n}")
+            tag = f"{mode}_{n}"
+            local = {"table_parallelism": n} if n != 1 else None
+            cases[f"local[2]{suffix}"] = _config(work / f"local-{tag}", dsn, f"bench_local_{tag}", local, mode)
+            cases[f"cluster ({workers} workers x 1 core){suffix}"] = _config(
+                work / f"cluster-{tag}", dsn, f"bench_cluster_{tag}", {
+                    "master": master,
+                    "staging": (work / f"shared-staging-{tag}").as_uri(),
+                    "conf": {"spark.executor.cores": 1, "spark.executor.memory": "1g"},
+                    "table_parallelism": n,
+                }, mode)  # fmt: skip
+    return cases
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", type=int, default=8)
@@ -90,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--delete-modes", default="equality,position",
                     help="iceberg.delete_mode values, each run locally and on the cluster")
+    ap.add_argument("--table-parallelism", default="1",
+                    help="spark.table_parallelism values, each run locally and on the cluster "
+                    "(with --tables 1: the single hot table case, e.g. 1,2)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     import psycopg
@@ -100,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                               "tables": args.tables, "rows": args.rows, "changes": args.changes,
                               "workers": args.workers, "loadavg_start": _load()}  # fmt: skip
     modes = [m for m in args.delete_modes.split(",") if m]
+    parallelisms = [int(n) for n in args.table_parallelism.split(",") if n]
     try:
         with PrivatePostgres(work / "pg", dbname="postgres") as pg:
             dsn = pg.create_database("bench")
@@ -109,17 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     c.execute(f"INSERT INTO t{i} SELECT g, g % 97, md5(g::text), now() "
                               f"FROM generate_series(1, {args.rows}) g")  # fmt: skip
             with PrivateSparkCluster(work / "cluster", workers=args.workers) as cluster:
-                cases: dict[str, Path] = {}
-                for mode in modes:
-                    suffix = "" if mode == "equality" else f", {mode}"
-                    cases[f"local[2]{suffix}"] = _config(work / f"local-{mode}", dsn, f"bench_local_{mode}",
-                                                         None, mode)
-                    cases[f"cluster ({args.workers} workers x 1 core){suffix}"] = _config(
-                        work / f"cluster-{mode}", dsn, f"bench_cluster_{mode}", {
-                            "master": cluster.master_url,
-                            "staging": (work / f"shared-staging-{mode}").as_uri(),
-                            "conf": {"spark.executor.cores": 1, "spark.executor.memory": "1g"},
-                        }, mode)  # fmt: skip
+                cases = _cases(work, dsn, cluster.master_url, args.workers, modes, parallelisms)
                 for cfg in cases.values():
                     _run(cfg)  # snapshot and slot creation: not measured
                 per_table = args.changes // args.tables // 3

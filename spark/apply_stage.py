@@ -187,6 +187,18 @@ def _collect(rows: list[dict[str, Any]]) -> StageResult:
     return StageResult(files=files, stats=stats)
 
 
+def merge_results(results: Sequence[StageResult]) -> StageResult:
+    """The results of the tasks one table's batch was split into (``spark.table_parallelism``)
+    as one: every task's files (each task names its own), the counters summed."""
+    if len(results) == 1:
+        return results[0]
+    stats: dict[str, int] = {}
+    for r in results:
+        for k, v in r.stats.items():
+            stats[k] = stats.get(k, 0) + int(v)
+    return StageResult(files=[f for r in results for f in r.files], stats=stats)
+
+
 @dataclass(frozen=True)
 class StageTask:
     """One table's part of a batch: its staged events (Parquet, in sequence order) and how

@@ -372,6 +372,15 @@ spark: {conf: {spark.sql.adaptive.enabled: false, spark.sql.shuffle.partitions: 
     }  # fmt: skip
 
 
+
+def test_table_parallelism_defaults_to_one_task_and_is_validated(tmp_path: Path) -> None:
+    base = 'source: {type: debezium-json, path: in}\niceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
+    assert load_config(_write(tmp_path, base)).spark.table_parallelism == 1
+    assert load_config(_write(tmp_path, base + "spark: {table_parallelism: 4}\n")).spark.table_parallelism == 4
+    for bad in ("0", "-1", "1000", "two"):
+        with pytest.raises(ConfigError, match="table_parallelism"):
+            load_config(_write(tmp_path, base + f"spark: {{table_parallelism: {bad}}}\n"))
+
 def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     base = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh%s}\n'
     cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [public.log]}\n" + base % ""))

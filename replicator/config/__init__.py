@@ -276,6 +276,14 @@ class SparkConfig(_Strict):
         "is most of a small batch's time, so this bounds commit-to-visible lag under a steady "
         "trickle; larger batches (backlogs, snapshots) run on Spark; 0: every batch on Spark",
     )
+    table_parallelism: int = Field(
+        default=1, ge=1, le=256,
+        description="how many Spark tasks one table's batch may be split into, by a stable hash of "
+        "the primary key (each key's changes stay in one task, in order; the table still gets ONE "
+        "snapshot per batch): lets one busy table use several executor cores. 1: one ordered task "
+        "per table. A batch that changes a key, a table without a primary key, or a transaction "
+        "staged in chunks stays one task",
+    )
 
     @field_validator("conf", mode="before")
     @classmethod

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFileContent
 
@@ -76,6 +75,7 @@ from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import Positions, TableIndexes
 from replicator.pipeline.stage_prep import chunks_for_stage, fill_from_table, held_keys, local_spark
+from replicator.pipeline.stage_tasks import PartInput, gathered, part_tasks
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
@@ -88,7 +88,7 @@ from replicator.pipeline.staging import (
 from replicator.pipeline.written import Written, describe, discard
 from replicator.retry import call_with_retries
 from replicator.storage.file_writer import WriterSpec
-from replicator.storage.fileio import delete_file, file_io_properties, open_output
+from replicator.storage.fileio import delete_file, file_io_properties
 from replicator.storage.partitioning import partition_plan
 from spark.apply_stage import (
     StageResult,
@@ -146,6 +146,7 @@ class ApplyEnv:
     # use them (config ``iceberg.delete_mode``); None: every table in equality mode.
     indexes: TableIndexes | None = None
     delete_mode_of: Callable[[str], str] = lambda _table: "equality"
+    table_parallelism: int = 1  # config spark.table_parallelism (``stage_tasks``)
 
     def position_mode(self, source_table: str) -> bool:
         return self.indexes is not None and self.delete_mode_of(source_table) == "position"
@@ -505,34 +506,30 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
         name = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
         stage_dir = env.staging_dir / name
         io_props = file_io_properties(todo[0].state.table.io.properties)
-        tasks: list[StageTask] = []
+        tasks: list[list[StageTask]] = []
         try:
             for i, p in enumerate(todo):
                 assert p.staged is not None
                 spec = _stage_spec(p.state, batch.plan, p.positions)
-                if in_driver or not p.staged.table.num_rows:
-                    path = ""  # in this process, or only staged chunks
-                elif env.staging_uri is not None:
-                    path = f"{env.staging_uri.rstrip('/')}/{name}/{i:05d}.parquet"
-                    with open_output(path, io_props) as out:
-                        pq.write_table(p.staged.table, out, compression="lz4")
-                else:
+                if in_driver:
+                    tasks.append([StageTask(staged_path="", spec=spec, io_properties=io_props, chunk_paths=p.chunks)])
+                    continue
+                if env.staging_uri is None:
                     stage_dir.mkdir(parents=True, exist_ok=True)
-                    path = str(stage_dir / f"{i:05d}.parquet")
-                    pq.write_table(p.staged.table, path, compression="lz4")
-                tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_props,
-                                       rows=p.staged.table.num_rows + p.chunk_rows,
-                                       chunk_paths=p.chunks))  # fmt: skip
+                where = f"{env.staging_uri.rstrip('/')}/{name}" if env.staging_uri is not None else str(stage_dir)
+                part = PartInput(p.staged.table, spec, p.chunks, p.chunk_rows)
+                tasks.append(part_tasks(part, env.table_parallelism, io_props, f"{where}/{i:05d}"))
             if in_driver:
-                return [_write_here(env, p, t, io_props) for p, t in zip(todo, tasks, strict=True)]
+                return [_write_here(env, p, t[0], io_props) for p, t in zip(todo, tasks, strict=True)]
             started = time.perf_counter()
             try:
-                return apply_batch_with_spark(env.spark, tasks)
+                results = apply_batch_with_spark(env.spark, [t for ts in tasks for t in ts])
+                return gathered(results, [len(ts) for ts in tasks])
             finally:
                 env.steps.files_written(time.perf_counter() - started, by="spark")
         finally:
             if env.staging_uri is not None:
-                for t in tasks:
+                for t in (t for ts in tasks for t in ts):
                     if t.staged_path:
                         delete_file(t.staged_path, io_props)
             shutil.rmtree(stage_dir, ignore_errors=True)

@@ -1,0 +1,82 @@
+"""A table's staged batch as the Spark tasks of the apply stage (``spark.apply_stage``).
+
+By default a table's batch is ONE ordered task. With ``spark.table_parallelism: N`` it is split
+by a stable hash of the key into up to N tasks (``ops_mapping.split``): each key's events stay
+in one task in their order, each task runs its own mapper and writes its own files (under its
+own file names), and the driver gathers every task's files into the table's ONE snapshot of
+the batch, as before. So one busy table's batch uses several executor cores.
+
+The batch stays ONE task when splitting could break it:
+- a key-changing update (a row moves between keys; ``ops_mapping.split``);
+- a table without a primary key (rows named by their whole image, mapped as a multiset);
+- a transaction staged in chunks before the batch (its chunk files are read by one mapper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ops_mapping.split import split_by_key
+from replicator.storage.fileio import open_output
+from spark.apply_stage import StageResult, StageSpec, StageTask, merge_results
+
+
+def write_staged(table: pa.Table, path: str, io_properties: dict[str, str]) -> None:
+    """One staged shard as Parquet at ``path`` (a URI on shared storage, or a local path)."""
+    if "://" in path:
+        with open_output(path, io_properties) as out:
+            pq.write_table(table, out, compression="lz4")
+    else:
+        pq.write_table(table, path, compression="lz4")
+
+
+@dataclasses.dataclass(frozen=True)
+class PartInput:
+    """One table's part of a batch as the stage needs it."""
+
+    staged: pa.Table
+    spec: StageSpec
+    chunk_paths: tuple[str, ...] = ()
+    chunk_rows: int = 0
+
+
+def shards_of(part: PartInput, parallelism: int) -> list[pa.Table]:
+    """The staged batch as the tables of its tasks (one unless it may be split)."""
+    if parallelism <= 1 or part.chunk_paths or part.spec.keyless:
+        return [part.staged]
+    return split_by_key(part.staged, part.spec.key_columns, parallelism)
+
+
+def part_tasks(
+    part: PartInput, parallelism: int, io_properties: dict[str, str], prefix: str
+) -> list[StageTask]:
+    """The tasks of one table's part; shard ``j`` is staged (written here) at
+    ``{prefix}-{j}.parquet``. A part with only staged chunks is one task with no staged file."""
+    if not part.staged.num_rows:
+        return [StageTask(staged_path="", spec=part.spec, io_properties=io_properties,
+                          rows=part.chunk_rows, chunk_paths=part.chunk_paths)]  # fmt: skip
+    shards = shards_of(part, parallelism)
+    tasks = []
+    for j, shard in enumerate(shards):
+        path = f"{prefix}-{j:03d}.parquet"
+        write_staged(shard, path, io_properties)
+        spec = part.spec
+        if len(shards) > 1:  # its own file names: shards of one batch write side by side
+            spec = dataclasses.replace(spec, writer=dataclasses.replace(spec.writer, batch_id=f"{spec.writer.batch_id}-s{j}"))
+        tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_properties,
+                               rows=shard.num_rows + (part.chunk_rows if j == 0 else 0),
+                               chunk_paths=part.chunk_paths))  # fmt: skip
+    return tasks
+
+
+def gathered(results: Sequence[StageResult], counts: Sequence[int]) -> list[StageResult]:
+    """Every part's tasks' results as one (``counts[i]``: part i's tasks, in order)."""
+    out, at = [], 0
+    for n in counts:
+        out.append(merge_results(results[at : at + n]))
+        at += n
+    return out
