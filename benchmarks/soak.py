@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="iceberg.delete_mode for the engine (default: the engine's default)")
     p.add_argument("--format-version", type=int, choices=(2, 3), default=None,
                    help="iceberg.format_version for the tables the engine creates")
+    p.add_argument("--keyspace", type=int, default=KEYSPACE,
+                   help="keys per table (half of them exist at the start: rows per table ~ keyspace / 2)")
     p.add_argument("--name", default=None, help="report file stem (default: SOAK, or SOAK-<mode>-v<N>)")
     args = p.parse_args(argv)
 
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     with PrivatePostgres(root / "pg", dbname="soak", settings={"wal_sender_timeout": "0"}) as pg:
         import psycopg
 
-        w = lagwriter.lag_workload(events, SEED, KEYSPACE)
+        w = lagwriter.lag_workload(events, SEED, args.keyspace)
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             W.PgApplier(conn, w).create()
         cfg = _engine_config(root, pg.dsn, args.delete_mode, args.format_version, overrides)
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         reader.batches.clear()
         writer_out = root / "writer.json"
         ctx = multiprocessing.get_context("spawn")
-        writer = ctx.Process(target=lagwriter.write, args=("postgres", pg.dsn, events, SEED, KEYSPACE,
+        writer = ctx.Process(target=lagwriter.write, args=("postgres", pg.dsn, events, SEED, args.keyspace,
                                                            args.rate, str(writer_out)))
         writer.start()
         samples: list[dict[str, Any]] = []

@@ -187,6 +187,7 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 """))
     m = cfg.maintenance
     assert m.enabled and m.snapshots_keep >= 1 and m.orphan_min_age_seconds >= 3600
+    assert m.snapshots_max_count >= m.snapshots_keep  # the cap bounds metadata.json for busy tables
     assert m.convert_min_equality_delete_files > 0 and m.compact_min_input_files >= 2
 
 

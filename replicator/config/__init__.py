@@ -393,6 +393,13 @@ class MaintenanceConfig(_Strict):
         120.0, ge=0, description="expire older snapshots beyond snapshots_keep (tagged cuts are kept: "
         "they are the long-lived points to read back in time)"
     )
+    snapshots_max_count: int = Field(
+        50, ge=0, description="expire snapshots of main beyond the newest this many even when younger than "
+        "snapshots_max_age_seconds (0: no cap; never below snapshots_keep): every reader parses every "
+        "snapshot in metadata.json at each load, and a table committing every second keeps ~120 of them "
+        "at the default age; a reader planning on a snapshot this many commits old may find its "
+        "compacted-away files gone (and retries)",
+    )  # fmt: skip
     orphan_min_age_seconds: float = Field(
         86400.0, ge=3600,
         description="remove unreferenced files only when older than this (a commit in flight "

@@ -428,10 +428,8 @@ def _write_manifests(
         manifest(ManifestContent.DELETES, spec_id, entries)
     rewritten = {m.manifest_path: m for m, _ in plan.previous.values()}
     rewritten.update(plan.removal.manifests)
-    # The rewritten manifests of one content and spec become one manifest: a compaction that
-    # removes files from many manifests lists one removal manifest per content, not one per
-    # source manifest (readers that open every listed manifest, pyiceberg's planning among
-    # them, paid for each until the next commit dropped them).
+    # The rewritten manifests of one content and spec become one (readers pay per manifest);
+    # a rewrite then merges them with the rest (manifest_merge, merge_all).
     regrouped: dict[tuple[ManifestContent, int], list[FileEntry]] = {}
     for listed in rewritten.values():
         spec = metadata.specs()[listed.partition_spec_id]
@@ -443,7 +441,9 @@ def _write_manifests(
     for (content, spec_id), entries in regrouped.items():
         manifest(content, spec_id, entries)
     carried = [m for m in plan.parent if m.manifest_path not in rewritten and m.has_live_files()]
-    to_list, merged = merge_small_manifests(table, [*new, *carried], plan.snapshot_id, write)
+    to_list, merged = merge_small_manifests(
+        table, [*new, *carried], plan.snapshot_id, write, merge_all=plan.operation == Operation.REPLACE
+    )
     ours = [m.manifest_path for m in merged if m.added_snapshot_id == plan.snapshot_id]
     _discard(table, ours)  # written by this commit and merged away: nothing lists them
     written[:] = [p for p in written if p not in ours]

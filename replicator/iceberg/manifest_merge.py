@@ -9,6 +9,13 @@ smaller than ``commit.manifest.target-size-bytes`` are merged into one; a table 
 numbers (and v3 first row ids), so delete semantics and row lineage are unchanged: entries
 this snapshot added stay ADDED (a null sequence number still inherits the snapshot's), entries
 it removed stay DELETED, other removals are dropped, everything else is EXISTING.
+
+A maintenance rewrite (``replace``: conversion, compaction) passes ``merge_all``: it merges
+every group of two or more small manifests, whatever their count, so the head it leaves holds
+one manifest per content and spec (its removal records inside it), as a compacted copy does.
+Readers pay per listed manifest (pyiceberg opens every one, deleted-only ones included, and
+builds an Avro reader for each): at the soak's 10k-row tables that was most of a read.
+The manifests are small (a rewrite runs every few batches), so this costs a few reads.
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ WriteManifest = Callable[[ManifestContent, int, list[FileEntry]], ListedManifest
 
 
 def merge_small_manifests(
-    table: Table, manifests: Sequence[ListedManifest], snapshot_id: int, write: WriteManifest
+    table: Table, manifests: Sequence[ListedManifest], snapshot_id: int, write: WriteManifest,
+    *, merge_all: bool = False,
 ) -> tuple[list[ListedManifest], list[ListedManifest]]:
-    """(the manifests to list, in order, merged groups first; the manifests merged away)."""
+    """(the manifests to list, in order, merged groups first; the manifests merged away).
+    ``merge_all``: merge the small manifests of a group however few they are."""
     properties = table.metadata.properties
     if not property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED, True):
         return list(manifests), []
     most = property_as_int(properties, TableProperties.MANIFEST_MIN_MERGE_COUNT, MANIFESTS_PER_CONTENT_MAX) or 0
+    most = 1 if merge_all else most
     target = property_as_int(
         properties, TableProperties.MANIFEST_TARGET_SIZE_BYTES, TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT
     ) or TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT

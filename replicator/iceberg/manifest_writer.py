@@ -198,9 +198,12 @@ def _listed(
     added, added_rows = count(Status.ADDED)
     existing, existing_rows = count(Status.EXISTING)
     deleted, deleted_rows = count(Status.DELETED)
-    # ADDED entries without one get this snapshot's (None here); min over the rest
-    known = [e.sequence_number for e in entries if e.status != Status.DELETED]
-    min_seq = None if any(s is None for s in known) or not known else min(s for s in known if s is not None)
+    # ADDED entries without one get this snapshot's (None here), which is above every earlier
+    # one: the min is over the known ones, and the snapshot's only when none is known. (A merged
+    # manifest holds both: taking the snapshot's made readers that prune delete manifests by
+    # the data manifests' min sequence number, pyiceberg among them, skip older deletes.)
+    known = [e.sequence_number for e in entries if e.status != Status.DELETED and e.sequence_number is not None]
+    min_seq = min(known) if known else None
     summaries = None
     if spec.fields:
         records = [Record(*e.file.partition) for e in entries if e.status != Status.DELETED]

@@ -5,10 +5,13 @@ The equivalent of Iceberg Java's ``RewriteFiles`` for the engine's own maintenan
 (``dv_commit.commit_files``). The table's rows do not change, only the files that hold them, so
 the snapshot's operation is ``replace`` (readers of incremental changes skip it).
 
-Manifests of the parent snapshot that list none of the removed files are kept as they are. A
-manifest that lists some of them is rewritten with the same content type: its other live
-entries as EXISTING (sequence numbers kept, so deletes keep applying exactly as before) and the
-removed ones as DELETED entries of the new snapshot, as Iceberg Java does.
+A manifest of the parent snapshot that lists some of the removed files is rewritten with the
+same content type: its other live entries as EXISTING (sequence numbers kept, so deletes keep
+applying exactly as before) and the removed ones as DELETED entries of the new snapshot, as
+Iceberg Java does. Then the small manifests of each content and spec (the new, the rewritten
+and the untouched ones) are merged into one (``manifest_merge``, ``merge_all``; off with
+``commit.manifest-merge.enabled=false``): the head a rewrite leaves lists one manifest per
+content, as a compacted copy does.
 
 Sequence numbers: added delete files inherit the new snapshot's; added data files get
 ``data_sequence_number`` when given (a compaction keeps the highest sequence number of the

@@ -166,7 +166,7 @@ class Maintainer:
             compaction = False
         if compaction and (h.equality_delete_files == 0 or out):
             out.append("compaction")
-        if snapshots_to_expire(table, keep=self.cfg.snapshots_keep,
+        if snapshots_to_expire(table, keep=self.cfg.snapshots_keep, max_count=self.cfg.snapshots_max_count,
                                max_age_seconds=self.cfg.snapshots_max_age_seconds, now_ms=now_ms):
             out.append("expiry")
         last = self._orphans_done.get(h.identifier)
@@ -235,7 +235,7 @@ class Maintainer:
                               f"{merged.delete_files_added}, {merged.positions} position(s), "
                               f"{merged.dropped} dropped")
         elif kind == "expiry":
-            table, exp = expire_snapshots(table, keep=cfg.snapshots_keep,
+            table, exp = expire_snapshots(table, keep=cfg.snapshots_keep, max_count=cfg.snapshots_max_count,
                                           max_age_seconds=cfg.snapshots_max_age_seconds, crash=self.crash)
             if exp.snapshots:
                 changed = True

@@ -162,3 +162,28 @@ def test_partitioned_v3_table_with_vectors(tmp_path: Path, spark: SparkSession) 
     assert sorted(r["id"] for r in only_a) == [0, 4, 6, 8]
     puffins = [f for f in spark_files(location) if f["file_format"] == "PUFFIN"]
     assert len(puffins) == 2
+
+
+def test_a_merged_manifest_keeps_the_min_sequence_number_of_its_older_entries(tmp_path: Path) -> None:
+    """A merged data manifest holds this snapshot's new files (sequence number inherited) and
+    older EXISTING ones: its min sequence number is the older ones', not the snapshot's.
+    Taking the snapshot's made pyiceberg (it skips delete manifests older than the data
+    manifests' min) drop older position deletes: deleted rows came back."""
+    table = sql_catalog(tmp_path).create_table(
+        "db.t", SCHEMA, properties={"format-version": "2", "commit.manifest.min-count-to-merge": "1"}
+    )
+
+    def commit(**kwargs: Any) -> Table:
+        head = table.current_snapshot()
+        return commit_files(table, expected_parent_snapshot_id=head.snapshot_id if head else None, **kwargs).table
+
+    d1 = data_file(table, "d1", [(1, "a"), (2, "b"), (3, "c")])
+    table = commit(data_files=[content_file(d1)])
+    table = commit(delete_files=[content_file(pos_deletes(table, "p1", [(d1.file_path, 1)]))])  # id 2
+    table = commit(data_files=[content_file(data_file(table, "d3", [(4, "d")]))])
+    head = table.current_snapshot()
+    assert head is not None
+    data = [m for m in head.manifests(table.io) if m.content == PyManifestContent.DATA]
+    assert len(data) == 1 and data[0].existing_files_count == 1 and data[0].added_files_count == 1  # merged
+    assert data[0].min_sequence_number == 1
+    assert _rows(table.scan().to_arrow().to_pylist()) == [(1, "a"), (3, "c"), (4, "d")]

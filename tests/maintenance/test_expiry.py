@@ -112,3 +112,28 @@ def test_expiry_derives_the_metadata_once_however_many_snapshots_expire(
     assert derived[0] <= 1
     assert len(t.metadata.snapshots) == 2 and t.scan().to_arrow().num_rows == 12
     assert read_last_maintenance(t)["kind"] == "expiry"  # type: ignore[index]
+
+
+def test_a_count_cap_expires_young_snapshots_but_never_keep_or_tags(tmp_path: Path) -> None:
+    """A table committing every second kept ~73-120 snapshots at a 120 s age (metadata.json
+    135 KB, parsed by every reader at every load); ``max_count`` caps main's history whatever
+    its age, never below ``keep``, never a tag (consistent cut)."""
+    import pyarrow as pa
+
+    from tests.iceberg.tablekit import SCHEMA, sql_catalog
+
+    t = sql_catalog(tmp_path).create_table("db.t", schema=SCHEMA)
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+    for i in range(12):
+        t.append(pa.table({"id": [i], "name": [str(i)]}, schema=arrow))
+    oldest = min(t.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    t.manage_snapshots().create_tag(oldest.snapshot_id, "cut-1").commit()
+    now_ms = max(s.timestamp_ms for s in t.metadata.snapshots)
+    young = {"max_age_seconds": 3600.0, "now_ms": now_ms}
+    assert snapshots_to_expire(t, keep=2, **young) == []  # no cap: nothing old enough
+    assert len(snapshots_to_expire(t, keep=2, max_count=5, **young)) == 12 - 5 - 1  # the tag stays
+    assert len(snapshots_to_expire(t, keep=8, max_count=5, **young)) == 12 - 8 - 1  # keep wins
+    t, result = expire_snapshots(t, keep=2, max_count=5, **young)
+    assert result.snapshots == 6
+    assert len(t.metadata.snapshots) == 6 and oldest.snapshot_id in {s.snapshot_id for s in t.metadata.snapshots}
+    assert t.scan().to_arrow().num_rows == 12

@@ -326,3 +326,16 @@ def test_an_unfinished_slice_resumes_where_its_budget_ran_out(
     # (orphan cleanup is recorded by table name, and both tables are named alike)
     assert done == [*((0, k) for k in due[0]), *((1, k) for k in due[1] if k != "orphans")]
     assert all(m.due(t) in ([], ["orphans"]) for t in tables)
+
+
+def test_expiry_is_due_past_the_snapshot_count_cap_however_young(tmp_path: Path) -> None:
+    """maintenance.snapshots_max_count reaches the slice: young snapshots beyond the cap expire."""
+    _, t = _churned_table(tmp_path, seed=5, txs=30)
+    n = len(t.metadata.snapshots)
+    young = {**EAGER, "snapshots_max_age_seconds": 3600, "compact_min_input_files": 1000}
+    assert "expiry" not in Maintainer(MaintenanceConfig.model_validate({**young, "snapshots_max_count": 0})).due(t)
+    m = Maintainer(MaintenanceConfig.model_validate({**young, "snapshots_max_count": 4}))
+    assert "expiry" in m.due(t)
+    tables, reports = m.run_slice([t], idle=True)
+    assert "expiry" in [r.kind for r in reports if r.changed]
+    assert len(tables[0].metadata.snapshots) == 4 < n
