@@ -59,6 +59,7 @@ def test_workload_plans_are_seeded_and_mixed() -> None:
 
 @pytest.mark.spark
 @pytest.mark.integration
+@pytest.mark.slow  # ~60 s: make test-long (make test stays under 25 minutes)
 def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
     if not (PG_BIN / "initdb").exists():
         pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}")

@@ -150,7 +150,9 @@ def test_sigkill_during_snapshot_and_streaming(
                 log = _wait_for(log_path, lambda t: "snapshot of " in t or _streaming(t)
                                 or "resuming the binlog" in t, 30)
                 in_snapshot = "snapshot of " in log
-                time.sleep(rng.uniform(0.05, 1.0) if in_snapshot else rng.uniform(0.0, 3.0))
+                # A chunk travels as one block now (50k rows copy in well under a second
+                # on a quiet machine): kill soon after the snapshot starts, or it is over.
+                time.sleep(rng.uniform(0.0, 0.25) if in_snapshot else rng.uniform(0.0, 3.0))
             elif mode == "any":
                 time.sleep(rng.uniform(0.3, 4.0))
             else:
