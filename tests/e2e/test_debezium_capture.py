@@ -215,6 +215,7 @@ def test_mariadb_types_and_changes(my_scenario: dc.Scenario, engine: str, tmp_pa
         judge(cfg, my_scenario.captured, engine, 2, table)
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (partition_by is judged on Postgres and MariaDB sources)
 def test_postgres_partition_by(pg_scenario: dc.Scenario, tmp_path: Path, spark: Any) -> None:
     """Issue 24 with Debezium input: ``parts_t`` goes to a table the engine creates through
     ``iceberg.partition_by`` (``day(created)``, ``bucket(8, id)``); its changes move rows to

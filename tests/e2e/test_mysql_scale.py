@@ -52,6 +52,7 @@ def _seed(db: MySQLDb, rows: int) -> None:
         conn.close()
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (the kill test below covers snapshot + stream at this scale)
 def test_100k_snapshot_and_100k_changes(
     tmp_path: Path, mysql_db: MySQLDb, spark: Any  # noqa: F811
 ) -> None:

@@ -28,6 +28,7 @@ CHANGES = int(os.environ.get("SCALE_CHANGES", "100000"))
 KILLS = int(os.environ.get("PG_KILLS", "10"))
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (the kill test covers snapshot + stream at this scale)
 def test_100k_snapshot_and_100k_changes(tmp_path: Path, pg_db: str, spark: Any) -> None:
     seed(pg_db, SNAPSHOT_ROWS)
     cfg_path = write_config(tmp_path, pg_db, max_events=50_000)

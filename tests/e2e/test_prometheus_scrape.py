@@ -115,6 +115,7 @@ def query(url: str, promql: str) -> list[dict[str, Any]]:
     return [{**r["metric"], "value": float(r["value"][1])} for r in got["data"]["result"]]
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (metrics are covered by the endpoint's own tests)
 def test_prometheus_scrapes_the_engine_under_load(
     tmp_path: Path, pg_db: str, prometheus_factory: Callable[[int], str]
 ) -> None:
