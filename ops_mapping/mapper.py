@@ -123,11 +123,7 @@ class BatchMapper:
 
     def map_chunk(self, events: pa.RecordBatch) -> MappedChunk:
         """Map the next RecordBatch of this batch's events (state carries over chunks)."""
-        if self._finished:
-            raise OpsMappingError("map_chunk after finish: start a new BatchMapper per batch")
-        if not isinstance(events, pa.RecordBatch):
-            raise TypeError(f"expected a pyarrow.RecordBatch, got {type(events).__name__}")
-        cols = self._locate(events.schema)
+        cols = self._open_chunk(events)
         n = events.num_rows
         if n == 0:
             return MappedChunk((), self._key_schema.empty_table())
@@ -349,6 +345,14 @@ class BatchMapper:
         )
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _open_chunk(self, events: pa.RecordBatch) -> _Columns:
+        """The columns of a chunk this mapper may still take (shared by every mapper kind)."""
+        if self._finished:
+            raise OpsMappingError(f"map_chunk after finish: start a new {type(self).__name__} per batch")
+        if not isinstance(events, pa.RecordBatch):
+            raise TypeError(f"expected a pyarrow.RecordBatch, got {type(events).__name__}")
+        return self._locate(events.schema)
 
     def _locate(self, schema: pa.Schema) -> _Columns:
         names = schema.names

@@ -60,11 +60,7 @@ class MultisetMapper(BatchMapper):
 
     def map_chunk(self, events: pa.RecordBatch) -> MappedChunk:
         """Map the next RecordBatch of this batch's events (state carries over chunks)."""
-        if self._finished:
-            raise OpsMappingError("map_chunk after finish: start a new MultisetMapper per batch")
-        if not isinstance(events, pa.RecordBatch):
-            raise TypeError(f"expected a pyarrow.RecordBatch, got {type(events).__name__}")
-        cols = self._locate(events.schema)
+        cols = self._open_chunk(events)
         n = events.num_rows
         if n == 0:
             return MappedChunk((), self._key_schema.empty_table())
