@@ -308,11 +308,9 @@ class Maintainer:
                 resume_at = idx
                 break
             converted = False
-            # Planned on the catalog's current version (other tools commit too): the first
-            # step uses this one, the later ones refresh it again.
-            out[idx] = out[idx].refresh()
-            first = True
-            for kind in self.due(out[idx], paced=True, idle=idle):
+            out[idx], kinds = self._due_now(out[idx], idle=idle)
+            first = True  # its step plans on the version just loaded, later ones refresh it
+            for kind in kinds:
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 over = time.monotonic() - start >= budget or arrived()
@@ -332,6 +330,23 @@ class Maintainer:
         self._turn = resume_at if resume_at is not None else (self._turn + 1) % max(n, 1)
         self.unfinished = resume_at is not None
         return out, reports
+
+    def _due_now(self, table: Table, *, idle: bool) -> tuple[Table, list[str]]:
+        """What is due on ``table``, judged on the catalog's current version (loaded, ~6 ms)
+        when anything looks due on the version held: other tools may commit at any time, and
+        a held version's files may be gone. A table with nothing due costs no catalog read
+        (slices every few seconds over many tables); others' commits are in view from the
+        next step due or our next commit on."""
+        try:
+            kinds = self.due(table, paced=True, idle=idle)
+        except Exception as exc:
+            if missing_file(exc) is None:
+                raise
+            kinds = list(KINDS)  # the held version's manifests are gone: look at the current one
+        if not kinds:
+            return table, kinds
+        table = table.refresh()
+        return table, self.due(table, paced=True, idle=idle)
 
     def run_all(self, table: Table) -> Iterator[tuple[Table, StepReport]]:
         """Every due step on ``table`` until nothing is due (orphans once)."""

@@ -13,41 +13,15 @@ missing while no commit happened since the plan (the plan read only files of tha
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
 from replicator.errors import MissingFileError
 from replicator.maintenance.common import live_files, normalize_path
+from replicator.retry import missing_file
 
 __all__ = ["Planned", "Vanished", "judge_missing", "missing_file"]
-
-# How a missing file reads when it is not a FileNotFoundError: pyarrow's S3 client mid-read
-# ("NoSuchKey"), Iceberg Java / Hadoop through Py4J (FileNotFoundException, NotFoundException),
-# Spark's analysis of a path that is gone (PATH_NOT_FOUND).
-_MISSING = re.compile(
-    r"FileNotFoundException|iceberg\.exceptions\.NotFoundException|NoSuchKey|PATH_NOT_FOUND|"
-    r"Path does not exist|No such file or directory",
-)
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        cur = cur.__cause__ or cur.__context__
-
-
-def missing_file(exc: BaseException) -> BaseException | None:
-    """The exception in ``exc``'s chain that says a file does not exist, if one does."""
-    for e in _chain(exc):
-        if isinstance(e, FileNotFoundError) or _MISSING.search(str(e)):
-            return e
-    return None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from replicator.iceberg.manifests import manifest_entries, read_manifests
 from replicator.maintenance.expiry import expire_snapshots
 from replicator.maintenance.scheduler import Maintainer
 from replicator.maintenance.status import table_health
-from replicator.maintenance.vanished import missing_file
+from replicator.retry import missing_file
 from tests.judges import assert_no_duplicate_data_files, duckdb_rows
 from tests.maintenance.support import config, feed, mixed, run, table
 from tests.maintenance.test_compaction import in_batch_churn, pyiceberg_rows
