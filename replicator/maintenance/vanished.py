@@ -2,9 +2,10 @@
 
 Other tools may commit to the engine's tables at any time: a platform's compaction rewrites
 data files, its snapshot expiry then deletes the files no snapshot it keeps references. A
-step plans on the table as it loaded it and reads the planned files afterwards, so a file can
-be gone by the time it is read. That is not damage: the step's commit would be refused anyway
-(it requires the head it planned on), and the next slice plans again on the new head.
+step plans on the table as the catalog has it when the step starts and reads the planned files
+afterwards, so a file can be gone by the time it is read. That is not damage: the step's
+commit would be refused anyway (it requires the head it planned on), and the next slice plans
+again on the new head.
 
 A missing file that the table's *current* snapshot still references is damage (a file removed
 by hand, a broken expiry): ``MissingFileError``, naming the table and the file. So is one
