@@ -94,21 +94,23 @@ def test_a_version_another_writer_expires_during_the_read_is_read_again_on_the_n
     cfg = config(tmp_path, max_events=6)
     run(cfg)
     lookup = IcebergRowLookup(spark, load(cfg))
-    read = IcebergRowLookup._read
+    loaded = IcebergRowLookup._location
     calls: list[str] = []
 
-    def other_writer_first(self: IcebergRowLookup, spark_: Any, location: str, out: Any) -> Any:
-        if not calls:  # between the lookup's load and Spark's read
+    def other_writer_after_the_first_load(self: IcebergRowLookup) -> str:
+        location = loaded(self)
+        if not calls:  # between the lookup's load and Spark's read of that version
             other = Maintainer(MaintenanceConfig.model_validate({"compact_min_input_files": 2}), spark=lambda: None)
             t = load(cfg)
             for kind in ("conversion", "compaction"):
                 t, _ = other.step(t, kind)
             expire_snapshots(t.refresh(), keep=1, max_age_seconds=0)
         calls.append(location)
-        return read(self, spark_, location, out)
+        return location
 
-    monkeypatch.setattr(IcebergRowLookup, "_read", other_writer_first)
+    monkeypatch.setattr(IcebergRowLookup, "_location", other_writer_after_the_first_load)
     keys = sorted({*log.state, max(log.state) + 1, -1})
+    # Before: Py4JJavaError (Iceberg's NotFoundException: the expired manifest list).
     got = lookup([(k,) for k in keys])
     assert len(calls) == 2 and calls[0] != calls[1]  # read again, on the new version
     expected = {(k,): log.state.get(k) for k in keys}
