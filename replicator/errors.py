@@ -82,6 +82,11 @@ class CommitStateUnknownError(TransientError):
     table's checkpoint tells which (see ``replicator.commit``)."""
 
 
+class MissingFileError(TerminalError):
+    """A file the table's current snapshot references is gone from storage: the table is
+    damaged (a file removed by hand, a broken expiry), not merely moved on."""
+
+
 class FencedError(TerminalError):
     """Another writer owns this table/slot; this one must stop instead of duplicating."""
 

@@ -116,6 +116,25 @@ def _catalog_kind(exc: BaseException) -> type[TransientError] | None:
     return None
 
 
+# How a missing file reads when it is not a FileNotFoundError: pyarrow's S3 client mid-read
+# ("NoSuchKey"), Iceberg Java / Hadoop through Py4J (FileNotFoundException, NotFoundException),
+# Spark's analysis of a path that is gone (PATH_NOT_FOUND).
+_MISSING_FILE = re.compile(
+    r"FileNotFoundException|iceberg\.exceptions\.NotFoundException|NoSuchKey|PATH_NOT_FOUND|"
+    r"Path does not exist|No such file or directory",
+)
+
+
+def missing_file(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that says a file does not exist, if one does. Not
+    transient by itself: whether it is depends on whether the table still references it (a
+    reader of a version another writer expired since may read again on the new one)."""
+    for e in _chain(exc):
+        if isinstance(e, FileNotFoundError) or _MISSING_FILE.search(str(e)):
+            return e
+    return None
+
+
 def _is_transient_io(exc: BaseException) -> bool:
     for e in _chain(exc):
         if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | FileExistsError):

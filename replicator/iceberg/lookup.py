@@ -8,6 +8,7 @@ aware UTC datetimes, timestamp as naive datetimes, binary as bytes, decimals as 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,10 +16,16 @@ from typing import Any
 from pyiceberg.table import Table
 
 from replicator.events.unavailable import Key
+from replicator.retry import missing_file
 from replicator.storage.fileio import file_io_properties
 from spark.s3a import configure_spark
 
+log = logging.getLogger(__name__)
+
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+# Reads of one lookup when files of the version read keep vanishing (another writer's
+# compaction and expiry between the table's load and Spark's read of it).
+VANISHED_ATTEMPTS = 3
 
 
 class IcebergRowLookup:
@@ -58,11 +65,32 @@ class IcebergRowLookup:
         out: dict[Key, Mapping[str, Any] | None] = {tuple(k): None for k in keys}
         if not keys:
             return out
+        spark = self.spark if hasattr(self.spark, "read") else self.spark()
+        location = self._location()
+        for attempt in range(1, VANISHED_ATTEMPTS + 1):
+            try:
+                return self._read(spark, location, out)
+            except Exception as exc:
+                # Another writer's expiry deleted a file of the version read, after a commit
+                # of theirs (other tools may write to our tables at any time): the rows are
+                # the same on the new version, read again. A file missing from the version
+                # still current is damage: raised.
+                if not isinstance(self.table, Table) or missing_file(exc) is None or attempt == VANISHED_ATTEMPTS:
+                    raise
+                now = self._location()
+                if now == location:
+                    raise
+                log.info("%s: a file of %s was removed by another commit while it was read; reading %s",
+                         ".".join(self.table.name()), location, now)  # fmt: skip
+                location = now
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(
+        self, spark: Any, location: str, out: dict[Key, Mapping[str, Any] | None]
+    ) -> Mapping[Key, Mapping[str, Any] | None]:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        spark = self.spark if hasattr(self.spark, "read") else self.spark()
-        location = self._location()
         if isinstance(self.table, Table):  # tables on object storage: Hadoop S3A for Spark
             configure_spark(spark, location, file_io_properties(self.table.io.properties))
         reader = spark.read.format("iceberg")

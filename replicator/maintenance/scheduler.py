@@ -35,6 +35,7 @@ from replicator.maintenance.expiry import expire_snapshots, snapshots_to_expire
 from replicator.maintenance.orphans import remove_orphans
 from replicator.maintenance.position_deletes import merge_position_deletes
 from replicator.maintenance.status import TableHealth, table_health
+from replicator.maintenance.vanished import Planned, judge_missing, missing_file
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class StepReport:
     changed: bool
     detail: str
     seconds: float
+    skipped: bool = False  # a planned file was removed by another commit: plan again
 
 
 @dataclass
@@ -195,9 +197,34 @@ class Maintainer:
 
     # ----------------------------------------------------------------- one step
 
-    def step(self, table: Table, kind: str, *, idle: bool = False) -> tuple[Table, StepReport]:
+    def step(
+        self, table: Table, kind: str, *, idle: bool = False, refresh: bool = True
+    ) -> tuple[Table, StepReport]:
         """Run one step of ``kind``; returns the (possibly refreshed) table and a report.
-        ``idle``: compaction takes even one small file with deletes, or two small files."""
+        ``idle``: compaction takes even one small file with deletes, or two small files.
+
+        The step plans on the table as the catalog has it now (``refresh``; False: the caller
+        just loaded it): other tools may commit to it at any time, and a plan on an older
+        version reads files their expiry may have deleted. A file removed between the plan
+        and its read (another commit came in between) skips the step, nothing changed: the
+        next slice plans again (``vanished``). One the current snapshot still references
+        raises ``MissingFileError``."""
+        if refresh:
+            table = table.refresh()  # one catalog read (~6 ms at 60 snapshots)
+        t0 = time.perf_counter()
+        planned = Planned.of(table)
+        try:
+            return self._step(table, kind, idle=idle)
+        except Exception as exc:
+            if missing_file(exc) is None:
+                raise
+            gone = judge_missing(table, planned, exc)
+        name = ".".join(table.name())
+        report = StepReport(name, kind, False, f"skipped: {gone.detail}", time.perf_counter() - t0, skipped=True)
+        log.warning("maintenance skipped %s %s: %s; planned again next slice", name, kind, gone.detail)
+        return gone.table, report
+
+    def _step(self, table: Table, kind: str, *, idle: bool) -> tuple[Table, StepReport]:
         name = ".".join(table.name())
         t0 = time.perf_counter()
         changed, detail = False, "nothing to do"
@@ -281,7 +308,9 @@ class Maintainer:
                 resume_at = idx
                 break
             converted = False
-            for kind in self.due(out[idx], paced=True, idle=idle):
+            out[idx], kinds = self._due_now(out[idx], idle=idle)
+            first = True  # its step plans on the version just loaded, later ones refresh it
+            for kind in kinds:
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
                 over = time.monotonic() - start >= budget or arrived()
@@ -291,7 +320,8 @@ class Maintainer:
                     break
                 if kind == "compaction" and self.health(out[idx]).equality_delete_files:
                     continue  # the conversion before it did not finish them all
-                out[idx], report = self.step(out[idx], kind, idle=idle)
+                out[idx], report = self.step(out[idx], kind, idle=idle, refresh=not first)
+                first = False
                 reports.append(report)
                 converted = kind == "conversion" and report.changed
             if resume_at is not None:
@@ -301,15 +331,33 @@ class Maintainer:
         self.unfinished = resume_at is not None
         return out, reports
 
+    def _due_now(self, table: Table, *, idle: bool) -> tuple[Table, list[str]]:
+        """What is due on ``table``, judged on the catalog's current version (loaded, ~6 ms)
+        when anything looks due on the version held: other tools may commit at any time, and
+        a held version's files may be gone. A table with nothing due costs no catalog read
+        (slices every few seconds over many tables); others' commits are in view from the
+        next step due or our next commit on."""
+        try:
+            kinds = self.due(table, paced=True, idle=idle)
+        except Exception as exc:
+            if missing_file(exc) is None:
+                raise
+            kinds = list(KINDS)  # the held version's manifests are gone: look at the current one
+        if not kinds:
+            return table, kinds
+        table = table.refresh()
+        return table, self.due(table, paced=True, idle=idle)
+
     def run_all(self, table: Table) -> Iterator[tuple[Table, StepReport]]:
         """Every due step on ``table`` until nothing is due (orphans once)."""
         for _ in range(MAX_STEPS_PER_TABLE):
             progressed = False
+            table = table.refresh()  # what is due, on the catalog's current version
             for kind in self.due(table):
                 table, report = self.step(table, kind)
                 yield table, report
-                if report.changed and kind in ("conversion", "compaction"):
+                if (report.changed and kind in ("conversion", "compaction")) or report.skipped:
                     progressed = True
-                    break  # re-plan: a conversion makes compaction possible
+                    break  # re-plan: a conversion makes compaction possible; a skip, on the new head
             if not progressed:
                 return

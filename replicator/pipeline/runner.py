@@ -15,6 +15,7 @@ from typing import Any
 
 from replicator.checkpoint import Checkpoints, plan_batch, read_checkpoint
 from replicator.config import RunConfig
+from replicator.errors import TerminalError
 from replicator.events.block import BlockEvent, first_position, row_count
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
@@ -213,10 +214,13 @@ class Replicator:
             source_of = {s.identifier: s.source_table for s in states}
             for r in reports:
                 self.observer.maintenance_run(source_of.get(r.table, r.table), r.kind)
-        except Exception:
+        except Exception as exc:
             # Maintenance must not stop replication: the tables stay correct (each step is
             # one atomic commit) and the next slice tries again.
-            log.warning("maintenance failed; replication goes on", exc_info=True)
+            if isinstance(exc, TerminalError):  # e.g. a file the current snapshot references is gone
+                log.error("maintenance failed: %s; replication goes on", exc)
+            else:
+                log.warning("maintenance failed; replication goes on", exc_info=True)
             for state in states:
                 state.table = state.table.refresh()
         finally:

@@ -59,6 +59,31 @@ def _config(
     return path
 
 
+def _kept_log(tmp_path: Path, name: str, err: bytes | str) -> str:
+    """The engine's whole log of one run, written to ``tmp_path``; what an assertion shows:
+    where it is, every ERROR line and traceback, and the tail (a failure under load must be
+    diagnosable from the test's output alone)."""
+    text = err.decode(errors="replace") if isinstance(err, bytes) else err
+    path = tmp_path / f"engine-{name}.log"
+    path.write_text(text)
+    lines = text.splitlines()
+    errors: list[str] = []
+    in_traceback = False
+    for line in lines:
+        if line.startswith("Traceback"):
+            in_traceback = True
+        if in_traceback or " ERROR " in line or "maintenance failed" in line or line.startswith("replicator:"):
+            errors.append(line)
+        if in_traceback and line and not line.startswith((" ", "Traceback")):
+            in_traceback = False  # the exception's own line ends the traceback
+    return (f"engine log ({len(lines)} lines) kept in {path}\n--- ERROR lines and tracebacks ---\n"
+            + "\n".join(errors) + "\n--- tail ---\n" + "\n".join(lines[-60:]))
+
+
+def _count_in_logs(tmp_path: Path, text: str) -> int:
+    return sum(p.read_text().count(text) for p in tmp_path.glob("engine-*.log"))
+
+
 def _engine(cfg: Path, *, until_idle: bool) -> list[str]:
     return [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(cfg), "--engine", "local",
             *(["--until-idle"] if until_idle else [])]  # fmt: skip
@@ -99,14 +124,15 @@ def test_spark_maintains_the_tables_while_the_engine_runs_and_is_killed(
     worker.start()
     rng = random.Random(28)
     try:
-        for _ in range(2):  # two continuous runs, each killed wherever it is
+        for run in range(2):  # two continuous runs, each killed wherever it is
             proc = subprocess.Popen(_engine(cfg_path, until_idle=False), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, env=ENV)  # fmt: skip
             time.sleep(rng.uniform(8.0, 14.0))
             alive = proc.poll() is None
             proc.send_signal(signal.SIGKILL)
             _, err = proc.communicate()
-            assert alive, f"the engine ended by itself: {err.decode()[-3000:]}"
+            log_text = _kept_log(tmp_path, f"killed-{run}", err)
+            assert alive, f"the engine ended by itself: {log_text}"
         # a third run while both still go on, stopped cleanly
         proc = subprocess.Popen(_engine(cfg_path, until_idle=False), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, env=ENV)  # fmt: skip
@@ -117,8 +143,9 @@ def test_spark_maintains_the_tables_while_the_engine_runs_and_is_killed(
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-            raise AssertionError("no stop within 120 s of SIGTERM:\n" + err.decode()[-5000:]) from None
-        assert proc.returncode == 0, err.decode()[-3000:]
+            raise AssertionError("no stop within 120 s of SIGTERM:\n" + _kept_log(tmp_path, "sigterm", err)) from None
+        log_text = _kept_log(tmp_path, "sigterm", err)
+        assert proc.returncode == 0, f"exit {proc.returncode} on SIGTERM: {log_text}"
     finally:
         stop.set()
         worker.join()
@@ -127,7 +154,8 @@ def test_spark_maintains_the_tables_while_the_engine_runs_and_is_killed(
     calls = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert other.returncode == 0, err_other[-3000:]
     done = subprocess.run(_engine(cfg_path, until_idle=True), env=ENV, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    log_text = _kept_log(tmp_path, "until-idle", done.stderr)
+    assert done.returncode == 0, f"exit {done.returncode}: {log_text}"
 
     assert_tables_equal(cfg_path, pg_db, duckdb=True)
     cfg = load(cfg_path)
@@ -145,6 +173,8 @@ def test_spark_maintains_the_tables_while_the_engine_runs_and_is_killed(
             assert equality_deletes_in_history(catalog.load_table(name)) == [], name
     rewrites = [c for c in calls if "rewrite_data_files" in c["call"] and "result" in c]
     print(f"\nother writer: {len(calls)} calls, {len(rewrites)} compactions ok, "
-          f"{sum(1 for c in calls if 'error' in c)} failed; its replace snapshots still listed: {theirs}")
+          f"{sum(1 for c in calls if 'error' in c)} failed; its replace snapshots still listed: {theirs}; "
+          f"engine: {_count_in_logs(tmp_path, 'maintenance failed')} maintenance slice(s) failed, "
+          f"{_count_in_logs(tmp_path, 'maintenance skipped')} skipped (a file another writer removed)")
     assert rewrites, [c.get("error") for c in calls[-6:]]
     assert any(r["result"] and r["result"][0].get("rewritten_data_files_count", 0) > 0 for r in rewrites), rewrites[-5:]

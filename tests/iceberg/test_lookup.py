@@ -69,3 +69,49 @@ def test_lookup_reads_current_rows_with_deletes_applied(tmp_path: Path, spark: A
     open_resnapshot_branch(table)
     assert IcebergRowLookup(spark, table, branch=RESNAPSHOT_BRANCH)([(1,)]) == {(1,): None}
     assert IcebergRowLookup(spark, table)([(1,)]) == {(1,): got[(1,)]}
+
+
+def test_a_version_another_writer_expires_during_the_read_is_read_again_on_the_new_one(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key lookup of staging (``stage_prep.held_keys``) loads the table, then Spark reads
+    that version; another writer's compaction and expiry in between deleted its files (an
+    equality-delete file, the manifest list): before, the batch failed with Spark's
+    FileNotFoundException and the engine exited. The rows are the same on the new version."""
+    import os
+    import random
+
+    from replicator.config import MaintenanceConfig
+    from replicator.maintenance.expiry import expire_snapshots
+    from replicator.maintenance.scheduler import Maintainer
+    from tests.maintenance.support import config, feed, mixed, run
+    from tests.maintenance.support import table as load
+
+    os.chdir(tmp_path)
+    log = ChangeLog()
+    mixed(log, random.Random(3), 60)  # updates across batches: equality deletes
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=6)
+    run(cfg)
+    lookup = IcebergRowLookup(spark, load(cfg))
+    loaded = IcebergRowLookup._location
+    calls: list[str] = []
+
+    def other_writer_after_the_first_load(self: IcebergRowLookup) -> str:
+        location = loaded(self)
+        if not calls:  # between the lookup's load and Spark's read of that version
+            other = Maintainer(MaintenanceConfig.model_validate({"compact_min_input_files": 2}), spark=lambda: None)
+            t = load(cfg)
+            for kind in ("conversion", "compaction"):
+                t, _ = other.step(t, kind)
+            expire_snapshots(t.refresh(), keep=1, max_age_seconds=0)
+        calls.append(location)
+        return location
+
+    monkeypatch.setattr(IcebergRowLookup, "_location", other_writer_after_the_first_load)
+    keys = sorted({*log.state, max(log.state) + 1, -1})
+    # Before: Py4JJavaError (Iceberg's NotFoundException: the expired manifest list).
+    got = lookup([(k,) for k in keys])
+    assert len(calls) == 2 and calls[0] != calls[1]  # read again, on the new version
+    expected = {(k,): log.state.get(k) for k in keys}
+    assert {k: (dict(v) if v is not None else None) for k, v in got.items()} == expected

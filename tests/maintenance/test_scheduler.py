@@ -310,10 +310,10 @@ def test_an_unfinished_slice_resumes_where_its_budget_ran_out(
     real_step = m.step
     done: list[tuple[int, str]] = []
 
-    def step(table: Any, kind: str, *, idle: bool = False) -> Any:
+    def step(table: Any, kind: str, *, idle: bool = False, refresh: bool = True) -> Any:
         now[0] += 1.0
         done.append((0 if table.location() == a.location() else 1, kind))
-        return real_step(table, kind, idle=idle)
+        return real_step(table, kind, idle=idle, refresh=refresh)
 
     monkeypatch.setattr(m, "step", step)
     tables = [a, b]
