@@ -108,7 +108,9 @@ def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) ->
             "rows_per_s_after_startup": round(rate), "rows_per_s_whole_run": round(n / total)}  # fmt: skip
 
 
-def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str, Any]:
+def _one(
+    args: argparse.Namespace, dsn: str, base: Path, tree: Path, conns: int | None = None
+) -> dict[str, Any]:
     """One engine's run on the table (its own slot or server id, catalog and state)."""
     import yaml
 
@@ -120,6 +122,8 @@ def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str
                   "server_id": 4100 + sum(map(ord, base.name)) % 800}  # fmt: skip
     if args.chunk_rows:
         source["snapshot_chunk_rows"] = args.chunk_rows
+    if conns is not None:
+        source["snapshot_connections"] = conns
     cfg: dict[str, Any] = {
         "source": source,
         "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
@@ -146,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="a checkout of the engine to run first on the same table (same run; "
                     "repeatable)")
     ap.add_argument("--source", choices=["postgres", "mariadb"], default="postgres")
+    ap.add_argument("--snapshot-connections", type=int, nargs="+", default=None, metavar="N",
+                    help="postgres: run this engine once per N, in the order given, with "
+                    "source.snapshot_connections: N (e.g. 1 2 3 3 2 1: interleaved, same run)")
     args = ap.parse_args(argv)
     if args.source == "mariadb":
         _main_mariadb(args)
@@ -164,10 +171,15 @@ def main(argv: list[str] | None = None) -> None:
             raw = min((_raw_copy_devnull(pg.dsn) for _ in range(3)), key=lambda r: r["seconds"])
             result["raw_copy"] = raw
             raw["rows_per_s"] = round(args.rows / raw["seconds"])
-            engines = [(f"baseline{i}:{tree}", tree) for i, tree in enumerate(args.baseline)]
-            for label, tree in [*engines, ("engine", ROOT)]:
-                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree)
+            engines: list[tuple[str, Path, int | None]] = [
+                (f"baseline{i}:{tree}", tree, None) for i, tree in enumerate(args.baseline)
+            ]
+            for run, n in enumerate(args.snapshot_connections or [None]):
+                engines.append((f"engine{run}-connections{n}" if n else "engine", ROOT, n))
+            for label, tree, n in engines:
+                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree, n)
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
+                eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             again = min(_raw_copy_devnull(pg.dsn)["seconds"] for _ in range(3))
             result["raw_copy_after_rows_per_s"] = round(args.rows / again)

@@ -275,3 +275,35 @@ def test_close_waits_for_the_chunk_read_ahead(
         events += list(again.poll())
     assert [e.after["id"] for e in events if e.after] == list(range(1, 51))
     assert len(finished) == 2 + 6  # 5 full chunks, then the empty read that ends the table
+
+
+@pytest.mark.parametrize("conns", [1, 2])
+def test_a_lost_chunk_connection_fails_the_snapshot_as_the_reader_would(
+    sql: Sql, make_source: Make, conns: int
+) -> None:
+    """A chunk connection that dies mid-snapshot (the reader's own with one connection, a
+    helper with two) fails ``poll`` with psycopg's own error, as before (the pipeline's
+    transient/terminal rules see the same exception); closing does not hang, and a new
+    start reads every row."""
+    import psycopg
+
+    sql("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    sql("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 200) g")
+    src = make_source(snapshot_chunk_rows=5, poll_max_messages=5, snapshot_connections=conns)
+    src.start(Checkpoints.at({}))
+    assert len(list(src.poll())) == 5
+    victims = src._snap.helpers or [src._text_conn]
+    assert len(victims) == (conns if conns > 1 else 1)
+    for conn in victims:
+        sql("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError):
+        for _ in range(100):
+            list(src.poll())
+    src.close()
+
+    again = make_source(slot="again", snapshot_chunk_rows=5, snapshot_connections=conns)
+    again.start(Checkpoints.at({}))
+    events: list[ChangeEvent] = []
+    while again.snapshot_in_progress:
+        events += list(again.poll())
+    assert [e.after["id"] for e in events if e.after] == list(range(1, 201))
