@@ -99,6 +99,7 @@ def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) ->
             if n and (not samples or n != samples[-1][1]):
                 samples.append((time.perf_counter() - t0, n))
     if proc.returncode != 0:
+        print(log.read_text()[-3000:], file=sys.stderr)  # the run's directory is removed
         sys.exit(f"engine failed ({proc.returncode}); log: {log}")
     total = time.perf_counter() - t0
     n = _committed_rows(catalog_db)
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
                 (f"baseline{i}:{tree}", tree, None) for i, tree in enumerate(args.baseline)
             ]
             for run, n in enumerate(args.snapshot_connections or [None]):
-                engines.append((f"engine{run}-connections{n}" if n else "engine", ROOT, n))
+                engines.append((f"engine{run}_connections{n}" if n else "engine", ROOT, n))
             for label, tree, n in engines:
                 result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree, n)
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
