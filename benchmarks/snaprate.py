@@ -141,6 +141,30 @@ def _one(
     return eng
 
 
+def _source_only(dsn: str, slot: str, conns: int | None) -> dict[str, Any]:
+    """The source alone: ``PostgresSource``'s snapshot drained as the pipeline's reader takes
+    it (block events), nothing staged or written; timed from its first chunk to its end."""
+    from replicator.checkpoint import Checkpoints
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.sources.postgres.source import PostgresSource
+
+    src = PostgresSource(dsn, dead_letters=DeadLetterSink(None), slot=slot, tables=["public.big"],
+                         progress=False, snapshot_connections=conns or 1)  # fmt: skip
+    src.snapshot_blocks = True
+    try:
+        src.start(Checkpoints.at({}))
+        t0, c0 = time.perf_counter(), time.process_time()
+        while src.snapshot_in_progress:
+            for _ in src.poll():
+                pass
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows = src.stats.snapshot_rows
+    finally:
+        src.close()
+    return {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs),
+            "cpu_seconds": round(cpu, 2)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -154,6 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--snapshot-connections", type=int, nargs="+", default=None, metavar="N",
                     help="postgres: run this engine once per N, in the order given, with "
                     "source.snapshot_connections: N (e.g. 1 2 3 3 2 1: interleaved, same run)")
+    ap.add_argument("--source-only", action="store_true",
+                    help="postgres: time the source's snapshot read alone (no pipeline, no "
+                    "writes) instead of the engine, per --snapshot-connections N")
     args = ap.parse_args(argv)
     if args.source == "mariadb":
         _main_mariadb(args)
@@ -178,6 +205,12 @@ def main(argv: list[str] | None = None) -> None:
             for run, n in enumerate(args.snapshot_connections or [None]):
                 engines.append((f"engine{run}_connections{n}" if n else "engine", ROOT, n))
             for label, tree, n in engines:
+                if args.source_only:
+                    result[label] = eng = _source_only(pg.dsn, f"rep_{label}", n)
+                    eng["rows_per_s_after_startup"] = eng["rows_per_s"]
+                    eng["ratio_to_raw_copy"] = round(eng["rows_per_s"] / raw["rows_per_s"], 3)
+                    eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+                    continue
                 result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree, n)
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
                 eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
