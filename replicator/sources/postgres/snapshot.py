@@ -20,7 +20,9 @@ Resume. Tables are read one by one in a fixed order, each in key order,
 ``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
 ORDER BY key LIMIT n) TO STDOUT`` per chunk (read whole by ``copy_out``, the next one on a
 helper thread while a chunk is handed out), parsed into Arrow (``copy_chunks``; the events
-carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
+carry a view of the chunk, ``events.block``); with ``helpers`` (``source.snapshot_connections``
+> 1) the chunks are key ranges COPYed by that many connections inside the same snapshot and
+handed on in the same order (``parallel_copy``); else (``snapshot_copy=False``) through a
 server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
