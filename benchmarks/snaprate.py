@@ -99,6 +99,7 @@ def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) ->
             if n and (not samples or n != samples[-1][1]):
                 samples.append((time.perf_counter() - t0, n))
     if proc.returncode != 0:
+        print(log.read_text()[-3000:], file=sys.stderr)  # the run's directory is removed
         sys.exit(f"engine failed ({proc.returncode}); log: {log}")
     total = time.perf_counter() - t0
     n = _committed_rows(catalog_db)
@@ -108,7 +109,9 @@ def _engine(config: Path, log: Path, profile: Path | None, tree: Path = ROOT) ->
             "rows_per_s_after_startup": round(rate), "rows_per_s_whole_run": round(n / total)}  # fmt: skip
 
 
-def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str, Any]:
+def _one(
+    args: argparse.Namespace, dsn: str, base: Path, tree: Path, conns: int | None = None
+) -> dict[str, Any]:
     """One engine's run on the table (its own slot or server id, catalog and state)."""
     import yaml
 
@@ -120,6 +123,8 @@ def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str
                   "server_id": 4100 + sum(map(ord, base.name)) % 800}  # fmt: skip
     if args.chunk_rows:
         source["snapshot_chunk_rows"] = args.chunk_rows
+    if conns is not None:
+        source["snapshot_connections"] = conns
     cfg: dict[str, Any] = {
         "source": source,
         "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
@@ -136,6 +141,30 @@ def _one(args: argparse.Namespace, dsn: str, base: Path, tree: Path) -> dict[str
     return eng
 
 
+def _source_only(dsn: str, slot: str, conns: int | None) -> dict[str, Any]:
+    """The source alone: ``PostgresSource``'s snapshot drained as the pipeline's reader takes
+    it (block events), nothing staged or written; timed from its first chunk to its end."""
+    from replicator.checkpoint import Checkpoints
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.sources.postgres.source import PostgresSource
+
+    src = PostgresSource(dsn, dead_letters=DeadLetterSink(None), slot=slot, tables=["public.big"],
+                         progress=False, snapshot_connections=conns or 1)  # fmt: skip
+    src.snapshot_blocks = True
+    try:
+        src.start(Checkpoints.at({}))
+        t0, c0 = time.perf_counter(), time.process_time()
+        while src.snapshot_in_progress:
+            for _ in src.poll():
+                pass
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows = src.stats.snapshot_rows
+    finally:
+        src.close()
+    return {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs),
+            "cpu_seconds": round(cpu, 2)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -146,6 +175,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="a checkout of the engine to run first on the same table (same run; "
                     "repeatable)")
     ap.add_argument("--source", choices=["postgres", "mariadb"], default="postgres")
+    ap.add_argument("--snapshot-connections", type=int, nargs="+", default=None, metavar="N",
+                    help="postgres: run this engine once per N, in the order given, with "
+                    "source.snapshot_connections: N (e.g. 1 2 3 3 2 1: interleaved, same run)")
+    ap.add_argument("--source-only", action="store_true",
+                    help="postgres: time the source's snapshot read alone (no pipeline, no "
+                    "writes) instead of the engine, per --snapshot-connections N")
     args = ap.parse_args(argv)
     if args.source == "mariadb":
         _main_mariadb(args)
@@ -164,10 +199,21 @@ def main(argv: list[str] | None = None) -> None:
             raw = min((_raw_copy_devnull(pg.dsn) for _ in range(3)), key=lambda r: r["seconds"])
             result["raw_copy"] = raw
             raw["rows_per_s"] = round(args.rows / raw["seconds"])
-            engines = [(f"baseline{i}:{tree}", tree) for i, tree in enumerate(args.baseline)]
-            for label, tree in [*engines, ("engine", ROOT)]:
-                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree)
+            engines: list[tuple[str, Path, int | None]] = [
+                (f"baseline{i}:{tree}", tree, None) for i, tree in enumerate(args.baseline)
+            ]
+            for run, n in enumerate(args.snapshot_connections or [None]):
+                engines.append((f"engine{run}_connections{n}" if n else "engine", ROOT, n))
+            for label, tree, n in engines:
+                if args.source_only:
+                    result[label] = eng = _source_only(pg.dsn, f"rep_{label}", n)
+                    eng["rows_per_s_after_startup"] = eng["rows_per_s"]
+                    eng["ratio_to_raw_copy"] = round(eng["rows_per_s"] / raw["rows_per_s"], 3)
+                    eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+                    continue
+                result[label] = eng = _one(args, pg.dsn, base / label.split(":")[0], tree, n)
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
+                eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             again = min(_raw_copy_devnull(pg.dsn)["seconds"] for _ in range(3))
             result["raw_copy_after_rows_per_s"] = round(args.rows / again)

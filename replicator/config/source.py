@@ -160,6 +160,11 @@ class PrimaryConfig(_Strict):
         return dsn
 
 
+# Connections reading a snapshot's COPY chunks at once: measured on the 2-core box
+# (benchmarks/results/snaprate/parallel-*.json).
+SNAPSHOT_CONNECTIONS = 2
+
+
 class PostgresSourceConfig(_DatabaseSource):
     type: Literal["postgres"]
     dsn: str = Field(min_length=1, description="connection string")
@@ -173,6 +178,13 @@ class PostgresSourceConfig(_DatabaseSource):
     snapshot_copy: bool = Field(
         True, description="read initial-snapshot chunks with COPY into Arrow columns "
         "(false: row by row through a server-side cursor)",
+    )
+    snapshot_connections: int = Field(
+        SNAPSHOT_CONNECTIONS, ge=1, le=16, description="connections that read initial-snapshot "
+        "COPY chunks at once, each inside the slot's exported snapshot (SET TRANSACTION "
+        "SNAPSHOT), so every chunk is consistent with the stream; chunks are still handed on in "
+        "key order, at most one per connection read ahead. 1: the reader's own connection, "
+        "one chunk read ahead. Each is one more server connection while the snapshot runs",
     )
     primary: PrimaryConfig | None = Field(
         None, description="when source.dsn is a standby (PostgreSQL 16+): the "

@@ -46,6 +46,7 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
         return PostgresSource(
             src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
             tables=src.tables, state_dir=cfg.state_dir, snapshot_copy=src.snapshot_copy,
+            snapshot_connections=src.snapshot_connections,
             failover_slot=src.failover_slot, streaming=src.streaming,
             primary_dsn=src.primary.dsn if src.primary is not None else None,
             keyless_tables=src.keyless_tables,

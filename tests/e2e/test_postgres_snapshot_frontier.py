@@ -43,22 +43,24 @@ from replicator.pipeline.runner import Replicator
 from replicator.sources.postgres.source import PostgresSource
 cfg = load_config(Path(sys.argv[1]))
 src = PostgresSource(cfg.source.dsn, dead_letters=DeadLetterSink(cfg.dead_letter_path),
-                     state_dir=cfg.state_dir, snapshot_chunk_rows=int(sys.argv[2]))
+                     state_dir=cfg.state_dir, snapshot_chunk_rows=int(sys.argv[2]),
+                     snapshot_connections=int(sys.argv[3]))
 Replicator(cfg, engine="local", source=src).run(until_idle=True)
 """
 
 
-def _engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def _engine(cfg: Path, conns: int, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     if crash_at:
         env[ENV] = crash_at
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK)], cwd=cfg.parent,
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK), str(conns)], cwd=cfg.parent,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
+@pytest.mark.parametrize("conns", [1, 2])  # source.snapshot_connections
 def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
-    tmp_path: Path, pg_db: str, spark: Any
+    tmp_path: Path, pg_db: str, spark: Any, conns: int
 ) -> None:
     seed(pg_db, ROWS)
     cfg = write_config(tmp_path, pg_db, max_events=BATCH)
@@ -67,7 +69,7 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
                               kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.2}, daemon=True)  # fmt: skip
     writer.start()
     try:
-        first = _engine(cfg, "snapshot-batch:2")
+        first = _engine(cfg, conns, "snapshot-batch:2")
         assert first.returncode == EXIT_CODE, first.stderr[-3000:]
         state = json.loads((tmp_path / "state" / "postgres-replicator.snapshot.json").read_text())
         # the acknowledged resume point (the pipeline acknowledges after its commits, so it
@@ -76,12 +78,12 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
         assert state["tables"][0] == "public.big"
         frontier = int(state["read_frontier"]["public.big"][0])
         assert acked < frontier < ROWS, state  # handed out past the acknowledgement, not all
-        second = _engine(cfg)
+        second = _engine(cfg, conns)
         assert second.returncode == 0, second.stderr[-3000:]
     finally:
         stop.set()
         writer.join()
-    third = _engine(cfg)  # the changes made after the second run's start
+    third = _engine(cfg, conns)  # the changes made after the second run's start
     assert third.returncode == 0, third.stderr[-3000:]
     assert_tables_equal(cfg, pg_db)
     meta = iceberg_metadata(load(cfg), "public.big")

@@ -172,3 +172,37 @@ def copy_layout(rel: RelState, key_columns: tuple[str, ...]) -> CopyLayout | Non
         converters=rel.rows.converters,
         key_columns=key_columns,
     )
+
+
+@dataclass(frozen=True)
+class ParsedChunk:
+    """One COPY chunk parsed: an Arrow block in engine types, or (a value the vectorised
+    parse refuses) its rows as text for the per-row path; the text key of its last row, and
+    its big rows (row, text key, size) for the TOAST row cache."""
+
+    block: pa.Table | None
+    rows: list[tuple[str | None, ...]]
+    last_key: tuple[str | None, ...]
+    big_rows: list[tuple[int, tuple[str | None, ...], int]]
+
+
+def parse_chunk(
+    layout: CopyLayout, data: bytes, key_idx: tuple[int, ...], big_row_chars: int
+) -> ParsedChunk:
+    """Parse one chunk's CSV; pure (no connection, no reader state), so it may run on the
+    thread that read the chunk (pyarrow's CSV reader and compute release the GIL)."""
+    try:
+        parsed = layout.parse(data)
+        block = layout.engine_block(parsed)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, ArithmeticError):
+        # A value the vectorised parse refuses: the chunk goes row by row (as text),
+        # where the converters name the bad value and its row is dead-lettered.
+        rows = layout.text_rows(layout.parse(data, typed=False))
+        return ParsedChunk(None, rows, tuple(rows[-1][i] for i in key_idx), [])
+    n = block.num_rows
+    big: list[tuple[int, tuple[str | None, ...], int]] = []
+    sizes = row_sizes(block, layout.engine_types)
+    if sizes is not None:
+        for i in pc.indices_nonzero(pc.greater_equal(sizes, big_row_chars)).to_pylist():
+            big.append((i, layout.key_text(parsed, i), int(sizes[i].as_py())))
+    return ParsedChunk(block, [], layout.key_text(parsed, n - 1), big)

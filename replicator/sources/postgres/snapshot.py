@@ -20,7 +20,9 @@ Resume. Tables are read one by one in a fixed order, each in key order,
 ``snapshot_chunk_rows`` rows at a time: by default one ``COPY (SELECT ... WHERE key > last
 ORDER BY key LIMIT n) TO STDOUT`` per chunk (read whole by ``copy_out``, the next one on a
 helper thread while a chunk is handed out), parsed into Arrow (``copy_chunks``; the events
-carry a view of the chunk, ``events.block``), else (``snapshot_copy=False``) through a
+carry a view of the chunk, ``events.block``); with ``helpers`` (``source.snapshot_connections``
+> 1) the chunks are key ranges COPYed by that many connections inside the same snapshot and
+handed on in the same order (``parallel_copy``); else (``snapshot_copy=False``) through a
 server-side cursor, row by row. After each chunk the reader
 records a *boundary* (seq of the chunk's last row, table index, last key as text). When the
 pipeline acknowledges a snapshot position, the last boundary at or below it is written to
@@ -45,16 +47,20 @@ from typing import Any
 
 import orjson
 import psycopg
-import pyarrow as pa
-import pyarrow.compute as pc
 from psycopg import sql as pgsql
 from psycopg.types.string import TextLoader
 
 from replicator.events.block import RowBlock
 from replicator.sources.common.snapshot import Boundary, BoundaryLog
 from replicator.sources.common.state import JsonStateFile
-from replicator.sources.postgres.copy_chunks import KEY_TEXT_PREFIX, CopyLayout, row_sizes
+from replicator.sources.postgres.copy_chunks import (
+    KEY_TEXT_PREFIX,
+    CopyLayout,
+    ParsedChunk,
+    parse_chunk,
+)
 from replicator.sources.postgres.copy_out import copy_out
+from replicator.sources.postgres.parallel_copy import key_ranges, read_in_order, share_snapshot
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.position import PgPosition
 from replicator.sources.postgres.setup import TableInfo, quote_ident
@@ -133,6 +139,9 @@ class SnapshotReader:
     # Rows a resumed snapshot may have handed out before (``frontier.py``): table -> key up
     # to which its rows may repeat, None for all of them; a table not named: none repeat.
     repeats: dict[str, tuple[str | None, ...] | None] = field(default_factory=dict)
+    # More connections in the same snapshot (``parallel_copy``): COPY chunks are then read by
+    # them, several at once; none: by ``conn``, one chunk read ahead.
+    helpers: list[psycopg.Connection[Any]] = field(default_factory=list)
 
     def begin(self, snapshot_name: str | None) -> int | None:
         """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
@@ -274,6 +283,10 @@ class SnapshotReader:
         upto = self.repeats.get(t.qualified)
         repeating = t.qualified in self.repeats
 
+        if self.helpers:
+            yield from self._parallel_copy_chunks(t, layout, names, key_idx, f"{only}{t.sql}", select)
+            return
+
         def lits(key: Sequence[str | None]) -> str:
             return ", ".join(pgsql.Literal(v).as_string(self.conn) for v in key)
 
@@ -312,35 +325,61 @@ class SnapshotReader:
                 if not more:
                     return
 
+    def _parallel_copy_chunks(
+        self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],
+        key_idx: tuple[int, ...], source: str, select: str,
+    ) -> Iterator[Chunk]:  # fmt: skip
+        """The table's chunks read by the helpers, several at once, handed on in key order
+        (``parallel_copy``); the same chunks, boundaries and repeat flags as ``conn`` alone."""
+        keys = [quote_ident(k) for k in t.key_columns]
+        order, n = ", ".join(keys), int(self.chunk_rows)
+
+        def read(conn: psycopg.Connection[Any], where: str) -> ParsedChunk | None:
+            sql = f"COPY (SELECT {select} FROM {source}{where} ORDER BY {order} LIMIT {n}) TO STDOUT (FORMAT csv)"
+            data = copy_out(conn, sql)
+            return parse_chunk(layout, data, key_idx, self.big_row_chars) if data else None
+
+        upto = self.repeats.get(t.qualified)
+        ranges = key_ranges(
+            self.conn, source, keys, n, self.last_key, upto, t.qualified in self.repeats
+        )
+        for parsed, repeats in read_in_order(self.helpers, ranges, read):
+            chunk = self._copy_chunk(t, layout, names, key_idx, parsed)
+            chunk.repeats = repeats
+            self.next_seq += len(chunk)
+            chunk.boundary = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+            self.boundaries.append(chunk.boundary)
+            yield chunk
+
     def _copy_chunk(
         self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],
-        key_idx: tuple[int, ...], data: bytes,
+        key_idx: tuple[int, ...], data: bytes | ParsedChunk,
     ) -> Chunk:  # fmt: skip
-        try:
-            parsed = layout.parse(data)
-            block = layout.engine_block(parsed)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, ArithmeticError):
-            # A value the vectorised parse refuses: the chunk goes row by row (as text),
-            # where the converters name the bad value and its row is dead-lettered.
-            parsed = layout.parse(data, typed=False)
-            rows = layout.text_rows(parsed)
-            self.last_key = tuple(rows[-1][i] for i in key_idx)
-            return Chunk(t, self.table_index, names, rows, key_idx, self.next_seq)
-        n = block.num_rows
-        self.last_key = layout.key_text(parsed, n - 1)
-        big: list[tuple[int, tuple[str | None, ...], int]] = []
-        sizes = row_sizes(block, layout.engine_types)
-        if sizes is not None:
-            for i in pc.indices_nonzero(pc.greater_equal(sizes, self.big_row_chars)).to_pylist():
-                big.append((i, layout.key_text(parsed, i), int(sizes[i].as_py())))
+        p = data if isinstance(data, ParsedChunk) else parse_chunk(layout, data, key_idx, self.big_row_chars)
+        self.last_key = p.last_key
+        if p.block is None:  # goes row by row (``parse_chunk``)
+            return Chunk(t, self.table_index, names, p.rows, key_idx, self.next_seq)
         return Chunk(
             t, self.table_index, names, [], key_idx, self.next_seq,
-            block=RowBlock(block), count=n, big_rows=big,
+            block=RowBlock(p.block), count=p.block.num_rows, big_rows=p.big_rows,
         )  # fmt: skip
+
+    def share(self, helpers: Sequence[psycopg.Connection[Any]], snapshot_name: str | None) -> None:
+        """Let ``helpers`` read COPY chunks inside this snapshot (after ``begin``)."""
+        self.helpers = list(helpers)
+        share_snapshot(self.conn, self.helpers, snapshot_name)
 
     def finish(self) -> None:
         if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             self.conn.execute("COMMIT")
+        self.close_helpers()
+
+    def close_helpers(self) -> None:
+        """Close the helper connections (no chunk read may be in flight: the chunks'
+        generator is closed first)."""
+        helpers, self.helpers = self.helpers, []
+        for conn in helpers:
+            conn.close()
 
 
 def table_columns(conn: psycopg.Connection[Any], table: TableInfo) -> list[tuple[str, int, int]]:

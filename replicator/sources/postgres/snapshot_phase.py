@@ -55,6 +55,7 @@ class PgSnapshotPhase:
     state_path: Path | None
     snapshot_chunk_rows: int
     snapshot_copy: bool
+    snapshot_connections: int
     # Hand a chunk read by COPY out as ONE event (``events.block.BlockEvent``) instead of one
     # per row: set by a consumer that takes block events (``pipeline.reader.SourceReader``).
     snapshot_blocks: bool = False
@@ -77,6 +78,9 @@ class PgSnapshotPhase:
     _snap_last_seq: int
     _snap_acked_seq: int
     _snap_read_all: bool
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        raise NotImplementedError  # ``PostgresSource._connect``
 
     def _begin_snapshot(
         self,
@@ -126,6 +130,9 @@ class PgSnapshotPhase:
             if layout is not None and t.key_columns:
                 reader.layouts[t.qualified] = layout
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
+        if self.snapshot_connections > 1 and reader.layouts:
+            # Opened and inside the snapshot now: the slot's exporting session is still open.
+            reader.share([self._connect() for _ in range(self.snapshot_connections)], snapshot_name)
         reader.repeats = whole_tables_unless_copied(reader.repeats, reader.layouts)
         self._snap_state = SnapshotState(
             self.slot, snap_lsn, [t.qualified for t in order], 0, last_key, next_seq,

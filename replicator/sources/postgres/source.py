@@ -127,6 +127,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         unconstrained_numeric: str = UNCONSTRAINED_NUMERIC,
         progress: bool | None = None,
         snapshot_copy: bool = True,
+        snapshot_connections: int = 1,
         failover_slot: bool = False,
         discover_every_s: float = 30.0,
         primary_dsn: str | None = None,
@@ -148,6 +149,8 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         # Snapshot chunks of keyed tables by COPY into Arrow (``copy_chunks``); False: the
         # row-by-row cursor (the reference the COPY path is tested and benchmarked against).
         self.snapshot_copy = snapshot_copy
+        # Connections reading COPY chunks at once (``parallel_copy``); 1: the reader's own.
+        self.snapshot_connections = snapshot_connections
         self.failover_slot = failover_slot  # PostgreSQL 17+: FAILOVER, kept on standbys
         self.primary_dsn = primary_dsn  # source.primary: when ``dsn`` is a standby
         self._standby: standby.Standby | None = None  # set at start when ``dsn`` is in recovery
@@ -339,6 +342,8 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             if self._cursor is not None:
                 self._cursor.close()
                 self._cursor = None
+            if self._snap is not None:  # after the cursor: no chunk read is in flight now
+                self._snap.close_helpers()
             if self._incr is not None:
                 self._incr.close()
             if self._stream is not None:

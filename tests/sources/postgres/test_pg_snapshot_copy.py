@@ -69,11 +69,12 @@ def _load(sql: Sql) -> None:
 
 
 def _read(
-    make_source: Make, copy: bool, tmp_path: Path, chunk: int, blocks: bool = False
+    make_source: Make, copy: bool, tmp_path: Path, chunk: int, blocks: bool = False, conns: int = 1
 ) -> tuple[Any, list[ChangeEvent]]:
     src = make_source(
         slot=("blocks" if blocks else "copy") if copy else "rows", snapshot_copy=copy,
         snapshot_chunk_rows=chunk, dead_letters=DeadLetterSink(tmp_path / f"dead-{copy}-{blocks}.jsonl"),
+        snapshot_connections=conns,
     )  # fmt: skip
     src.snapshot_blocks = blocks
     src.start(Checkpoints.at({}))
@@ -99,10 +100,16 @@ def _rows(events: list[ChangeEvent]) -> list[tuple[Any, ...]]:
     return out
 
 
+@pytest.mark.parametrize("conns", [1, 2, 3])
 @pytest.mark.parametrize("chunk", [4, 1000])
-def test_copy_snapshot_equals_row_by_row(sql: Sql, make_source: Make, tmp_path: Path, chunk: int) -> None:
+def test_copy_snapshot_equals_row_by_row(
+    sql: Sql, make_source: Make, tmp_path: Path, chunk: int, conns: int
+) -> None:
+    """... read by ``conns`` connections at once (``parallel_copy``): the same chunks, in
+    the same order, with the same boundaries."""
     _load(sql)
-    fast_src, fast = _read(make_source, True, tmp_path, chunk)
+    fast_src, fast = _read(make_source, True, tmp_path, chunk, conns=conns)
+    assert len(fast_src._snap.helpers) == 0  # closed at the snapshot's end
     slow_src, slow = _read(make_source, False, tmp_path, chunk)
     # The COPY path was taken, but a chunk with a value that does not convert (here every
     # row is in one chunk of 1000) goes row by row.
@@ -112,7 +119,7 @@ def test_copy_snapshot_equals_row_by_row(sql: Sql, make_source: Make, tmp_path: 
     assert [e.schema_ for e in fast] == [e.schema_ for e in slow]
     # Taken as block events (the pipeline's reader), a COPY chunk is ONE event: its rows are
     # the same events, and the source's counters and boundaries the same.
-    block_src, block_events = _read(make_source, True, tmp_path, chunk, blocks=True)
+    block_src, block_events = _read(make_source, True, tmp_path, chunk, blocks=True, conns=conns)
     assert any(isinstance(e, BlockEvent) for e in block_events) == (chunk == 4)
     assert _rows(row_events(block_events)) == _rows(slow)
     assert block_src.stats.snapshot_rows == len(slow)
@@ -167,7 +174,10 @@ def _nan_safe(t: pa.Table) -> list[dict[str, Any]]:
     return [{k: _norm(v) for k, v in r.items()} for r in t.to_pylist()]
 
 
-def test_copy_snapshot_resumes_after_a_kill(sql: Sql, make_source: Make, tmp_path: Path) -> None:
+@pytest.mark.parametrize("conns", [1, 2])
+def test_copy_snapshot_resumes_after_a_kill(
+    sql: Sql, make_source: Make, tmp_path: Path, conns: int
+) -> None:
     """Killed mid-snapshot (closed without finishing), restarted from the state file: the
     resumed read starts right after the acknowledged chunk's last key (text keys that need
     quoting in the COPY statement), and every row is read (none skipped, none lost)."""
@@ -176,7 +186,9 @@ def test_copy_snapshot_resumes_after_a_kill(sql: Sql, make_source: Make, tmp_pat
     for a, b in keys:
         sql("INSERT INTO t VALUES (%s, %s, %s)", (a, b, f"{a}/{b}"))
     state = tmp_path / "state"
-    first = make_source(snapshot_chunk_rows=7, poll_max_messages=20, state_dir=state)
+    first = make_source(
+        snapshot_chunk_rows=7, poll_max_messages=20, state_dir=state, snapshot_connections=conns
+    )
     first.start(Checkpoints.at({}))
     part = list(first.poll())
     assert len(part) == 20 and all(isinstance(e.after, BlockRow) for e in part)
@@ -185,7 +197,9 @@ def test_copy_snapshot_resumes_after_a_kill(sql: Sql, make_source: Make, tmp_pat
     saved = json.loads((state / "postgres-replicator.snapshot.json").read_text())
     assert saved["last_key"] == [part[13].after["a"], str(part[13].after["b"])]
 
-    second = make_source(snapshot_chunk_rows=7, poll_max_messages=1000, state_dir=state)
+    second = make_source(
+        snapshot_chunk_rows=7, poll_max_messages=1000, state_dir=state, snapshot_connections=conns
+    )
     second.start(Checkpoints.at({"public.t": part[-1].position}))
     resumed: list[ChangeEvent] = []
     while second.snapshot_in_progress:
@@ -202,13 +216,14 @@ def test_copy_snapshot_resumes_after_a_kill(sql: Sql, make_source: Make, tmp_pat
     assert every == {(a, b): f"{a}/{b}" for a, b in keys}
 
 
-def test_values_larger_than_a_csv_block(sql: Sql, make_source: Make) -> None:
+@pytest.mark.parametrize("conns", [1, 2])
+def test_values_larger_than_a_csv_block(sql: Sql, make_source: Make, conns: int) -> None:
     """A multi-megabyte value with newlines (pyarrow parses CSV in blocks of 1 MiB by
     default) stays on the COPY path, and a big row reaches the TOAST row cache."""
     big = ("x" * 1000 + "\n\"q\",\\") * 3000
     sql("CREATE TABLE t (id int PRIMARY KEY, v text)")
     sql("INSERT INTO t VALUES (1, %s), (2, 'small'), (3, %s)", (big, big[::-1]))
-    src = make_source(snapshot_chunk_rows=10)
+    src = make_source(snapshot_chunk_rows=1, snapshot_connections=conns)
     src.start(Checkpoints.at({}))
     events: list[ChangeEvent] = []
     while src.snapshot_in_progress:
@@ -260,3 +275,35 @@ def test_close_waits_for_the_chunk_read_ahead(
         events += list(again.poll())
     assert [e.after["id"] for e in events if e.after] == list(range(1, 51))
     assert len(finished) == 2 + 6  # 5 full chunks, then the empty read that ends the table
+
+
+@pytest.mark.parametrize("conns", [1, 2])
+def test_a_lost_chunk_connection_fails_the_snapshot_as_the_reader_would(
+    sql: Sql, make_source: Make, conns: int
+) -> None:
+    """A chunk connection that dies mid-snapshot (the reader's own with one connection, a
+    helper with two) fails ``poll`` with psycopg's own error, as before (the pipeline's
+    transient/terminal rules see the same exception); closing does not hang, and a new
+    start reads every row."""
+    import psycopg
+
+    sql("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    sql("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 200) g")
+    src = make_source(snapshot_chunk_rows=5, poll_max_messages=5, snapshot_connections=conns)
+    src.start(Checkpoints.at({}))
+    assert len(list(src.poll())) == 5
+    victims = src._snap.helpers or [src._text_conn]
+    assert len(victims) == (conns if conns > 1 else 1)
+    for conn in victims:
+        sql("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError):
+        for _ in range(100):
+            list(src.poll())
+    src.close()
+
+    again = make_source(slot="again", snapshot_chunk_rows=5, snapshot_connections=conns)
+    again.start(Checkpoints.at({}))
+    events: list[ChangeEvent] = []
+    while again.snapshot_in_progress:
+        events += list(again.poll())
+    assert [e.after["id"] for e in events if e.after] == list(range(1, 201))

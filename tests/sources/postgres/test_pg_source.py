@@ -174,14 +174,17 @@ def _snapshot_model(make_source: Make) -> dict[Any, dict[str, Any]]:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("conns", [1, 2])
 def test_snapshot_and_stream_overlap_give_each_row_once(
-    sql: Sql, make_source: Make, pg_dsn: str
+    sql: Sql, make_source: Make, pg_dsn: str, conns: int
 ) -> None:
+    """Changes written while the snapshot is read (by ``conns`` connections, each inside
+    the slot's exported snapshot) come through the stream only: every row exactly once."""
     sql(SCHEMA_SQL.read_text())
     sql("CREATE TABLE marker (n int PRIMARY KEY)")
     work = Workload(pg_dsn, seed=3)
     work.seed_data(customers=30, products=20, orders=40)
-    src = make_source(snapshot_chunk_rows=7, poll_max_messages=20)
+    src = make_source(snapshot_chunk_rows=7, poll_max_messages=20, snapshot_connections=conns)
     src.start(Checkpoints())  # slot + exported snapshot: rows as of now
     work.run(25)  # changes after the snapshot point: stream only
     model: dict[Any, dict[str, Any]] = {}
@@ -209,8 +212,9 @@ def test_snapshot_and_stream_overlap_give_each_row_once(
 
 @pytest.mark.integration
 @pytest.mark.parametrize("with_state", [True, False])
+@pytest.mark.parametrize("conns", [1, 2])
 def test_interrupted_snapshot_resumes(
-    sql: Sql, make_source: Make, tmp_path: Path, with_state: bool
+    sql: Sql, make_source: Make, tmp_path: Path, with_state: bool, conns: int
 ) -> None:
     sql(
         "CREATE TABLE marker (n int PRIMARY KEY);"
@@ -219,7 +223,8 @@ def test_interrupted_snapshot_resumes(
     )
     state = tmp_path / "state" if with_state else None
     first = make_source(
-        snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state, progress=True
+        snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state, progress=True,
+        snapshot_connections=conns,
     )
     first.start(Checkpoints.at({}))
     part = [e for e in list(first.poll()) if e.table == "public.t"]
@@ -234,7 +239,9 @@ def test_interrupted_snapshot_resumes(
         "DELETE FROM t WHERE id IN (5, 50); INSERT INTO t VALUES (1000, 'new');"
         " UPDATE t SET v = 'changed' WHERE id = 60"
     )
-    second = make_source(snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state)
+    second = make_source(
+        snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state, snapshot_connections=conns
+    )
     committed = {e.table: e.position for e in part}
     second.start(Checkpoints.at(committed))
     resumed = []
@@ -314,8 +321,9 @@ def test_toast_from_full_old_image(sql: Sql, make_source: Make) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("conns", [1, 2])
 def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
-    sql: Sql, make_source: Make, tmp_path: Path
+    sql: Sql, make_source: Make, tmp_path: Path, conns: int
 ) -> None:
     """Rows that may be in the table (up to the chunk of its last committed row, past the
     last acknowledged boundary) come again as upserts; the rows past it are plain inserts;
@@ -329,7 +337,9 @@ def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
     )
     state = tmp_path / "state"
     path = state / "postgres-replicator.snapshot.json"
-    first = make_source(snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state)
+    first = make_source(
+        snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state, snapshot_connections=conns
+    )
     first.start(Checkpoints.at({}))
     part = [e for e in list(first.poll()) if e.table == "public.t"]
     first.acknowledge(part[-1].position)  # 1..25 committed; chunk 21..30 was handed out
@@ -339,7 +349,9 @@ def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
     sql(
         "DELETE FROM t WHERE id = 27; INSERT INTO t VALUES (29, 'x') ON CONFLICT (id) DO UPDATE SET v = 'x'"
     )
-    second = make_source(snapshot_chunk_rows=10, poll_max_messages=15, state_dir=state)
+    second = make_source(
+        snapshot_chunk_rows=10, poll_max_messages=15, state_dir=state, snapshot_connections=conns
+    )
     second.start(Checkpoints.at({e.table: e.position for e in part}))
     got = [e for e in list(second.poll()) if e.table == "public.t"]
     assert [e.after["id"] for e in got] == [
@@ -371,7 +383,9 @@ def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
     saved = json.loads(path.read_text())
     assert saved["read_frontier"] == {"public.t": ["40"]} and saved["last_key"] == ["20"]
 
-    third = make_source(snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state)
+    third = make_source(
+        snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state, snapshot_connections=conns
+    )
     third.start(Checkpoints.at({e.table: e.position for e in part}))
     rest = [e for e in third.poll() if e.table == "public.t"]  # the rest, in one poll
     ids = [e.after["id"] for e in rest]
