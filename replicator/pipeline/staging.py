@@ -38,6 +38,7 @@ _DELETE = pa.scalar(Op.DELETE.value)
 _UPDATE = pa.scalar(Op.UPDATE.value)
 _UPDATE_OR_DELETE = pa.array([Op.UPDATE.value, Op.DELETE.value])
 _FALSE = pa.scalar(False)
+_BLOCK_OPS = frozenset((Op.READ, Op.CREATE))
 
 
 class BadChangeError(TerminalError):
@@ -83,7 +84,9 @@ def stage_events(
         else:
             live.append(ev)
     checked = () if whole_row else key_columns  # columns that may not be null
-    fast = _build_from_blocks(live, columns, key_columns, checked)
+    fast = _build_from_blocks(live, columns, key_columns, checked) or _build_mixed(
+        live, columns, key_columns, checked
+    )
     if fast is not None:
         return StagedBatch(table=fast, events=fast.num_rows, dead_lettered=dropped)
     live = row_events(live)  # what the vectorised build refuses goes row by row
@@ -331,28 +334,29 @@ def _build_from_blocks(
     an 'r' whose ``after`` is a ``BlockRow``; the columns are slices of the blocks, cast to
     the table's types. None (the caller builds value by value) for any other batch, or when
     a key is null or a column does not cast (the value-by-value path names the culprit)."""
-    runs: list[list[Any]] = []  # [block, start, stop]
+    runs: list[list[Any]] = []  # [block, start, stop, op]
     for ev in events:
-        if type(ev) is BlockEvent:  # a snapshot chunk as one event
+        if type(ev) is BlockEvent:  # a snapshot chunk or a run of inserts as one event
             block, start, stop = ev.block, ev.start, ev.stop
         else:
             a = ev.after
-            if ev.op is not Op.READ or a.__class__ is not BlockRow or ev.error is not None:
+            if not _block_row(ev):
                 return None
             assert isinstance(a, BlockRow)
             block, start, stop = a.block, a.index, a.index + 1
         last = runs[-1] if runs else None
-        if last is not None and last[0] is block and last[2] == start:
+        if last is not None and last[0] is block and last[2] == start and last[3] is ev.op:
             last[2] = stop
         else:
-            runs.append([block, start, stop])
+            runs.append([block, start, stop, ev.op])
     if not runs:
         return None
-    n = sum(stop - start for _b, start, stop in runs)
+    n = sum(stop - start for _b, start, stop, _op in runs)
     types = dict(columns)
+    ops = [pa.nulls(stop - start, pa.string()).fill_null(op.value) for _b, start, stop, op in runs]
     arrays: list[pa.Array] = [
         pa.array(np.arange(n, dtype=np.int64)),
-        pa.nulls(n, pa.string()).fill_null(Op.READ.value),
+        pa.concat_arrays(ops),
     ]
     names = [SEQ, OP]
     for k in key_columns:
@@ -362,7 +366,7 @@ def _build_from_blocks(
         for name, type_ in columns:
             at = arrow_type(type_)
             pieces = []
-            for block, start, stop in runs:
+            for block, start, stop, _op in runs:
                 assert isinstance(block, RowBlock)
                 if block.has(name):
                     col = block.table.column(name)
@@ -379,6 +383,49 @@ def _build_from_blocks(
     except _CONVERSION_ERRORS:
         return None
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _block_row(ev: ChangeEvent) -> bool:
+    """A block event, or a row of a block read as is (an 'r' or 'c' whose ``after`` is a
+    ``BlockRow``): what ``_build_from_blocks`` slices."""
+    if type(ev) is BlockEvent:
+        return True
+    return ev.after.__class__ is BlockRow and ev.error is None and ev.op in _BLOCK_OPS
+
+
+def _build_mixed(
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+    not_null: Sequence[str],
+) -> pa.Table | None:
+    """A batch of block events among per-row events (a CDC source's runs of inserts): each
+    stretch built its own way (block rows sliced, other rows by ``_build``) and joined in
+    order. None (the caller builds row by row) when there is no block event, or a stretch
+    refuses or holds a bad row (the row-by-row path names and handles it)."""
+    if not any(type(ev) is BlockEvent for ev in events):
+        return None
+    parts: list[pa.Table] = []
+    i = 0
+    while i < len(events):
+        blocky = _block_row(events[i])
+        j = i + 1
+        while j < len(events) and _block_row(events[j]) is blocky:
+            j += 1
+        stretch = events[i:j]
+        if blocky:
+            part = _build_from_blocks(stretch, columns, key_columns, not_null)
+        else:
+            try:
+                part = _build(stretch, columns, key_columns)
+            except _CONVERSION_ERRORS:
+                return None
+            if _null_keys(part, not_null):
+                return None
+        if part is None:
+            return None
+        parts.append(part)
+        i = j
+    table = pa.concat_tables([p.cast(parts[0].schema) for p in parts]).combine_chunks()
+    return table.set_column(0, SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
 def _casts_like_values(have: pa.DataType, want: pa.DataType) -> bool:

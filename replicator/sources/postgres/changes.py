@@ -17,11 +17,14 @@ from typing import Any
 import orjson
 
 from replicator.errors import BadInputError, TerminalError
+from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
+from replicator.sources.postgres.insert_block import insert_block
 from replicator.sources.postgres.pgoutput import (
+    _U32,
     PG_EPOCH_US,
     UNCHANGED_TOAST,
     Begin,
@@ -33,6 +36,7 @@ from replicator.sources.postgres.pgoutput import (
     Truncate,
     TupleData,
     Update,
+    decode,
 )
 from replicator.sources.postgres.position import PgPosition
 from replicator.sources.postgres.setup import TableInfo
@@ -95,6 +99,31 @@ def key_for(
     return flagged or tuple(names)
 
 
+class InsertRun:
+    """Consecutive plain inserts of one table in one transaction, kept undecoded
+    (``ChangeAssembler.insert_raw``); once decoded, held back like a change (``_pending``)."""
+
+    __slots__ = ("rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
+
+    def __init__(self) -> None:
+        self.rel: RelState | None = None
+        self.msgs: list[bytes] = []
+        self.block: RowBlock | None = None
+        self.first = self.lsn = self.ts_ms = 0
+        self.xid = ""
+
+    @property
+    def last_parts(self) -> Parts:
+        return (self.lsn, self.first + len(self.msgs) - 1)
+
+    def event(self, last_in_tx: bool) -> BlockEvent:
+        assert self.rel is not None and self.block is not None
+        return BlockEvent(
+            self.rel.table, self.rel.schema, self.block, 0, len(self.msgs), "postgres",
+            (self.lsn,), self.first, Op.CREATE, self.ts_ms, self.xid, last_in_tx,
+        )  # fmt: skip
+
+
 @dataclass
 class _Tx:
     lsn: int
@@ -140,7 +169,11 @@ class ChangeAssembler:
         self.tx_ends: dict[int, tuple[int, int]] = {}  # commit lsn -> (last index out, end)
         self._rels: dict[int, RelState] = {}
         self._tx: _Tx | None = None
-        self._pending: Pending | None = None
+        self._pending: Pending | InsertRun | None = None
+        # Runs of at least this many plain inserts of one table in one transaction are
+        # decoded column-wise into one block event ('c'); 0: every change row by row.
+        self.insert_blocks = 0
+        self._run = InsertRun()
 
     @property
     def idle(self) -> bool:
@@ -156,8 +189,59 @@ class ChangeAssembler:
         self._rels.clear()
         self._tx = None
         self._pending = None
+        self._run = InsertRun()
+
+    def insert_raw(self, data: bytes) -> Iterator[ChangeEvent]:
+        """An Insert message, undecoded: kept for its relation's run of inserts when the
+        per-row path would hand it out as a plain 'c' (a selected table, a position not yet
+        handed out or committed, a message too small for the row cache: nothing else to
+        decide); else decoded and handled like any message."""
+        tx, run = self._tx, self._run
+        rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 5 else None
+        if tx is not None and rel is not None and rel.selected and len(data) < ROW_CACHE_MIN_CHARS:
+            if run.msgs and run.rel is not rel:
+                yield from self._flush()
+                run = self._run
+            parts = (tx.lsn, tx.index + len(run.msgs))
+            committed = self.committed.get(rel.table)
+            if not (parts <= self.last_out or (committed is not None and parts <= committed)):
+                run.rel = rel
+                run.msgs.append(data)
+                return
+        yield from self.handle(decode(data), len(data))
+
+    def _flush(self) -> Iterator[ChangeEvent]:
+        """The kept run: one block event when it is long enough and decodes column-wise,
+        else its messages row by row (which then decide every row as before)."""
+        run, tx = self._run, self._tx
+        self._run = InsertRun()
+        assert run.rel is not None and tx is not None
+        block = insert_block(run.msgs, run.rel) if len(run.msgs) >= self.insert_blocks else None
+        if block is None:
+            for data in run.msgs:
+                yield from self.handle(decode(data), len(data))
+            return
+        run.block, run.first, run.lsn, run.ts_ms, run.xid = RowBlock(block), tx.index, tx.lsn, tx.ts_ms, tx.xid
+        tx.index += len(run.msgs)
+        prev, self._pending = self._pending, run
+        if prev is not None:
+            yield self._out(prev, False)
+
+    def _out(self, item: Pending | InsertRun, last: bool) -> ChangeEvent:
+        """The event of a held-back change, now that it is known whether it ends its
+        transaction."""
+        if type(item) is tuple:
+            self.last_out = item[4]
+            self.stats.changes += 1
+            return make_event(*item, last)
+        assert isinstance(item, InsertRun)
+        self.last_out = item.last_parts
+        self.stats.changes += len(item.msgs)
+        return item.event(last)
 
     def handle(self, msg: PgOutputMessage, msg_len: int) -> Iterator[ChangeEvent]:
+        if self._run.msgs:
+            yield from self._flush()
         t = type(msg)
         if t is Insert or t is Update or t is Delete:
             tx = self._tx
@@ -169,9 +253,7 @@ class ChangeAssembler:
             if item is not None:
                 prev, self._pending = self._pending, item
                 if prev is not None:
-                    self.last_out = prev[4]
-                    self.stats.changes += 1
-                    yield make_event(*prev, False)
+                    yield self._out(prev, False)
         elif t is Begin:
             assert isinstance(msg, Begin)
             self._tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
@@ -179,10 +261,9 @@ class ChangeAssembler:
             assert isinstance(msg, Commit)
             prev, self._pending, self._tx = self._pending, None, None
             if prev is not None:
-                self.tx_ends[msg.commit_lsn] = (prev[4][1], msg.end_lsn)
-                self.last_out = prev[4]
-                self.stats.changes += 1
-                yield make_event(*prev, True)
+                ev = self._out(prev, True)
+                self.tx_ends[msg.commit_lsn] = (self.last_out[1], msg.end_lsn)
+                yield ev
         elif t is Relation:
             assert isinstance(msg, Relation)
             self._rels[msg.relid] = self._relation(msg)
@@ -376,9 +457,7 @@ class ChangeAssembler:
             item: Pending = (rel.table, Op.TRUNCATE, None, None, parts, rel.schema, tx.ts_ms, tx.xid)
             prev, self._pending = self._pending, item
             if prev is not None:
-                self.last_out = prev[4]
-                self.stats.changes += 1
-                yield make_event(*prev, False)
+                yield self._out(prev, False)
 
     def dead_letter(
         self, rel: RelState, values: Any, parts: Parts, exc: ValueConversionError

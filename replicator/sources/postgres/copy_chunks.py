@@ -33,14 +33,13 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from replicator.events.types import arrow_type
-from replicator.sources.postgres.changes import RelState
 from replicator.sources.postgres.types import (
     Converter,
     to_bool,
@@ -49,6 +48,9 @@ from replicator.sources.postgres.types import (
     to_timestamp,
     to_timestamptz,
 )
+
+if TYPE_CHECKING:  # changes.py imports this module
+    from replicator.sources.postgres.changes import RelState
 
 _VECTOR: dict[Any, str] = {
     # converter -> engine types it may be parsed for directly
@@ -64,7 +66,7 @@ KEY_TEXT_PREFIX = "__rep_keytext__"  # the key columns again, as text (resume bo
 OTHER_COLUMN_CHARS = 20  # size estimate per non-text column (see ``row_sizes``)
 
 
-def _direct(conv: Converter | None, engine: str) -> pa.DataType | None:
+def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
     """The Arrow type pyarrow parses this column into, or None: read as text."""
     if conv is None:
         return pa.large_string()
@@ -94,7 +96,7 @@ class CopyLayout:
     def _options(self, typed: bool) -> pacsv.ConvertOptions:
         types: dict[str, pa.DataType] = {}
         for name, engine, conv in zip(self.names, self.engine_types, self.converters, strict=True):
-            direct = _direct(conv, engine) if typed else None
+            direct = direct_type(conv, engine) if typed else None
             types[name] = direct if direct is not None else pa.large_string()
         for k in self.key_columns:
             types[KEY_TEXT_PREFIX + k] = pa.large_string()
