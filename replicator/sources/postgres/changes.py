@@ -216,7 +216,10 @@ class ChangeAssembler:
         run, tx = self._run, self._tx
         self._run = InsertRun()
         assert run.rel is not None and tx is not None
-        block = insert_block(run.msgs, run.rel) if len(run.msgs) >= self.insert_blocks else None
+        block = None
+        if len(run.msgs) >= self.insert_blocks and run.rel.schema is not None:
+            engine_types = [c.type for c in run.rel.schema.columns]
+            block = insert_block(run.msgs, run.rel.rows, engine_types)
         if block is None:
             for data in run.msgs:
                 yield from self.handle(decode(data), len(data))

@@ -19,17 +19,49 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from replicator.events.types import arrow_type
-from replicator.sources.postgres.copy_chunks import direct_type
+from replicator.sources.postgres.types import (
+    Converter,
+    RowConverter,
+    to_bool,
+    to_date,
+    to_exact_decimal,
+    to_timestamp,
+    to_timestamptz,
+)
 
-if TYPE_CHECKING:  # changes.py imports this module
-    from replicator.sources.postgres.changes import RelState
+VECTOR_PARSED: dict[Any, str] = {
+    # converter -> engine types it may be parsed for directly
+    int: "int long",
+    float: "float double",
+    to_bool: "boolean",
+    to_exact_decimal: "decimal",
+    to_date: "date",
+    to_timestamp: "timestamp",
+    to_timestamptz: "timestamptz",
+}
+
+
+def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
+    """The Arrow type pyarrow's CSV parser reads this column into exactly as the per-value
+    converter does (``copy_chunks`` lists them), or None: read as text."""
+    if conv is None:
+        return pa.large_string()
+    kinds = VECTOR_PARSED.get(conv)
+    if kinds is None:
+        return None
+    if engine.startswith("decimal(") and "decimal" in kinds.split():
+        return arrow_type(engine)
+    if engine not in kinds.split():
+        return None
+    return pa.float64() if engine == "float" else arrow_type(engine)
+
 
 _T, _N, _NL = ord("t"), ord("n"), ord("\n")
 _CSV_SPECIAL = np.array([ord(","), ord('"'), ord("\r"), _NL], np.uint8)
@@ -37,12 +69,14 @@ _FAILED = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, Valu
            ArithmeticError, TypeError, UnicodeDecodeError)  # fmt: skip
 
 
-def insert_block(msgs: Sequence[bytes], rel: RelState) -> pa.Table | None:
-    """The rows of ``msgs`` (Insert messages of ``rel``, in order) as an Arrow table of the
+def insert_block(
+    msgs: Sequence[bytes], rows: RowConverter | None, engine_types: Sequence[str]
+) -> pa.Table | None:
+    """The rows of ``msgs`` (Insert messages of one relation, in order; ``rows`` and
+    ``engine_types`` its columns' converters and engine types) as an Arrow table of the
     relation's columns in their engine Arrow types (``float`` as float64, as ``RowBlock``
     expects), or None: decode them one by one."""
-    rows, schema = rel.rows, rel.schema
-    if rows is None or schema is None or not msgs:
+    if rows is None or not msgs:
         return None
     try:
         split = _split(msgs, len(rows.names))
@@ -51,17 +85,17 @@ def insert_block(msgs: Sequence[bytes], rel: RelState) -> pa.Table | None:
         arr, cols = split
         arrays: list[pa.Array | None] = []
         csv: list[tuple[int, pa.DataType]] = []  # (column, type) parsed as one CSV
-        for j, ((is_t, start, length), conv, spec) in enumerate(
-            zip(cols, rows.converters, schema.columns, strict=True)
+        for j, ((is_t, start, length), conv, engine) in enumerate(
+            zip(cols, rows.converters, engine_types, strict=True)
         ):
-            direct = direct_type(conv, spec.type)
+            direct = direct_type(conv, engine)
             if conv is not None and direct is not None:
                 if (is_t & (length == 0)).any():
                     return None  # an empty value would read as null
                 csv.append((j, direct))
                 arrays.append(None)
                 continue
-            col = _other(arr, is_t, start, length, conv, spec.type)
+            col = _other(arr, is_t, start, length, conv, engine)
             if col is None:
                 return None
             arrays.append(col)
