@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-INSERT_BLOCKS = 0  # --insert-blocks
+CHANGE_BLOCKS = 0  # --change-blocks
 PG_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b text, c double precision)"
 PG_INSERT = "INSERT INTO {t} SELECT g, g % 1000, 'row-' || g, g * 0.5 FROM generate_series({lo}, {hi}) g"
 MY_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b varchar(40), c double)"
@@ -145,7 +145,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
         conn.execute(PG_INSERT.format(t=table, lo=0, hi=0).encode())  # the set-up run commits it
         if kind == "update":
             _fill_pg(conn, table, size)
-    config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}", "insert_blocks": INSERT_BLOCKS,
+    config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}", "change_blocks": CHANGE_BLOCKS,
                             "tables": [f"public.{table}"]})  # fmt: skip
     _engine(config, work / "setup.log")
     t0 = time.perf_counter()
@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace", action="store_true",
                     help="also trace the engine's memory per chunk (benchmarks.memtrace; "
                     "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl")
-    ap.add_argument("--insert-blocks", type=int, default=0,
-                    help="postgres: source.insert_blocks (runs of inserts as block events; 0: off)")
+    ap.add_argument("--change-blocks", type=int, default=0,
+                    help="postgres: source.change_blocks (runs of inserts as block events; 0: off)")
     ap.add_argument("--trace-out", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
@@ -208,8 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         _child(args.child, args.rss_out, args.child_until_idle, args.trace_out)
         return
-    global INSERT_BLOCKS
-    INSERT_BLOCKS = args.insert_blocks
+    global CHANGE_BLOCKS
+    CHANGE_BLOCKS = args.change_blocks
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     server_dir = tempfile.mkdtemp(prefix=f"rp-bigtx-{args.source}-")

@@ -279,7 +279,7 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
     ChangeAssembler (conversion, positions, TOAST rules) and the ChangeEvents, kept in a list
     as a batch keeps them; the cyclic collector at CPython's default thresholds and as the
     engine's run sets them (``replicator.pipeline.gc_policy``). ``blocks``: the assembler's
-    ``insert_blocks`` (runs of inserts as block events); ``bulk``: 500-insert transactions."""
+    ``change_blocks`` (runs of inserts as block events); ``bulk``: 500-insert transactions."""
     import gc
 
     from replicator.events.block import row_count
@@ -299,11 +299,11 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
             tables=tables, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
             dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
         )  # fmt: skip
-        asm.insert_blocks = blocks
+        asm.change_blocks = blocks
         out: list[Any] = []
         for m in msgs:
             if blocks and m[0] == 73:  # an Insert: kept for a block (source.py does the same)
-                out.extend(asm.insert_raw(m))
+                out.extend(asm.change_raw(m))
             else:
                 out.extend(asm.handle(decode(m), len(m)))
         return sum(map(row_count, out))
@@ -316,14 +316,14 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
                 t0 = time.process_time()
                 n = run()
                 best = min(best, time.process_time() - t0)
-        print(f"reader path ({'bulk inserts' if bulk else 'mixed'}, insert_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
+        print(f"reader path ({'bulk inserts' if bulk else 'mixed'}, change_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
               f"{n / best:,.0f} events per CPU-second")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader"])
-    ap.add_argument("--insert-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
+    ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
     ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
     args = ap.parse_args(argv)
     if args.what == "commits":
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "staging":
         staging()
     elif args.what == "reader":
-        reader(blocks=args.insert_blocks, bulk=args.bulk)
+        reader(blocks=args.change_blocks, bulk=args.bulk)
     elif args.what == "partitioned":
         partitioned()
     elif args.what == "deleted-share":

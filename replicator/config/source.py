@@ -186,7 +186,7 @@ class PostgresSourceConfig(_DatabaseSource):
         "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
         "refused on older servers",
     )
-    insert_blocks: int = Field(
+    change_blocks: int = Field(
         0, ge=0, description="experimental: a run of at least this many inserts of one table "
         "inside one transaction is decoded column-wise and carried as one block of rows "
         "(values, positions and dead letters as row by row); 0: off",

@@ -29,6 +29,8 @@ from replicator.events.model import (
     read_events,
 )
 
+_BLOCK_OPS = frozenset((Op.READ, Op.CREATE, Op.UPDATE))
+
 
 class RowBlock:
     """One chunk's rows: an Arrow table whose columns hold the engine's Arrow types."""
@@ -103,8 +105,10 @@ class BlockEvent(ChangeEvent):
     ``events()``: the same 'r' events a row-by-row source hands out.
 
     A CDC source's run of inserts of one table inside one transaction travels the same way
-    with ``op`` 'c' (``sources/postgres/changes.py``): its rows share ``ts_ms`` and
-    ``tx_id``, and only the last row may end the transaction (``last_in_tx``)."""
+    with ``op`` 'c' (``sources/postgres/changes.py``), a run of updates that keep their key
+    with ``op`` 'u' (no ``before``: the after key is the before key): its rows share
+    ``ts_ms`` and ``tx_id``, and only the last row may end the transaction
+    (``last_in_tx``)."""
 
     __slots__ = ("block", "start", "stop", "prefix", "first_seq")
     block: RowBlock
@@ -120,8 +124,8 @@ class BlockEvent(ChangeEvent):
     ) -> None:  # fmt: skip
         if stop <= start:
             raise ValueError("a block event holds at least one row")
-        if op is not Op.READ and op is not Op.CREATE:
-            raise ValueError(f"a block event holds 'r' or 'c' rows, not {op.value!r}")
+        if op not in _BLOCK_OPS:
+            raise ValueError(f"a block event holds 'r', 'c' or 'u' rows, not {op.value!r}")
         last = (*prefix, first_seq + stop - start - 1)
         super().__init__(
             table, op, None, BlockRow(block, stop - 1), position=SourcePosition(source, last),

@@ -48,7 +48,7 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
             tables=src.tables, state_dir=cfg.state_dir, snapshot_copy=src.snapshot_copy,
             failover_slot=src.failover_slot, streaming=src.streaming,
             primary_dsn=src.primary.dsn if src.primary is not None else None,
-            keyless_tables=src.keyless_tables, insert_blocks=src.insert_blocks,
+            keyless_tables=src.keyless_tables, change_blocks=src.change_blocks,
         )
     if src.type == "mysql":
         from replicator.sources.mysql.source import MySQLSource

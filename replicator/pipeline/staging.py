@@ -38,7 +38,7 @@ _DELETE = pa.scalar(Op.DELETE.value)
 _UPDATE = pa.scalar(Op.UPDATE.value)
 _UPDATE_OR_DELETE = pa.array([Op.UPDATE.value, Op.DELETE.value])
 _FALSE = pa.scalar(False)
-_BLOCK_OPS = frozenset((Op.READ, Op.CREATE))
+_BLOCK_OPS = frozenset((Op.READ, Op.CREATE, Op.UPDATE))
 
 
 class BadChangeError(TerminalError):
@@ -353,15 +353,10 @@ def _build_from_blocks(
         return None
     n = sum(stop - start for _b, start, stop, _op in runs)
     types = dict(columns)
-    ops = [pa.nulls(stop - start, pa.string()).fill_null(op.value) for _b, start, stop, op in runs]
-    arrays: list[pa.Array] = [
-        pa.array(np.arange(n, dtype=np.int64)),
-        pa.concat_arrays(ops),
-    ]
+    ops = pa.concat_arrays([pa.nulls(stop - start, pa.string()).fill_null(op.value) for _b, start, stop, op in runs])
+    arrays: list[pa.Array] = [pa.array(np.arange(n, dtype=np.int64)), ops]
     names = [SEQ, OP]
-    for k in key_columns:
-        arrays.append(pa.nulls(n, type=arrow_type(types[k])))
-        names.append(before_key_column(k))
+    key_at = len(arrays)  # the before keys go here, once the after columns are built
     try:
         for name, type_ in columns:
             at = arrow_type(type_)
@@ -382,15 +377,23 @@ def _build_from_blocks(
             names.append(name)
     except _CONVERSION_ERRORS:
         return None
+    # An update of a block keeps its key: its before key is its after key (``_before_key_row``).
+    updates = pc.equal(ops, _UPDATE) if any(op is Op.UPDATE for *_r, op in runs) else None
+    for i, k in enumerate(key_columns):
+        at = arrow_type(types[k])
+        after = arrays[names.index(k)]
+        before = pa.nulls(n, type=at) if updates is None else pc.if_else(updates, after, pa.scalar(None, at))
+        arrays.insert(key_at + i, before)
+        names.insert(key_at + i, before_key_column(k))
     return pa.Table.from_arrays(arrays, names=names)
 
 
 def _block_row(ev: ChangeEvent) -> bool:
-    """A block event, or a row of a block read as is (an 'r' or 'c' whose ``after`` is a
-    ``BlockRow``): what ``_build_from_blocks`` slices."""
+    """A block event, or a row of a block read as is (an 'r', 'c' or key-keeping 'u' whose
+    ``after`` is a ``BlockRow``): what ``_build_from_blocks`` slices."""
     if type(ev) is BlockEvent:
         return True
-    return ev.after.__class__ is BlockRow and ev.error is None and ev.op in _BLOCK_OPS
+    return ev.after.__class__ is BlockRow and ev.error is None and ev.op in _BLOCK_OPS and ev.before is None
 
 
 def _build_mixed(

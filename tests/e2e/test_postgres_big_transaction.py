@@ -33,8 +33,8 @@ ROWS = 6000  # before the transaction
 ADDED = 3000  # inserted by it
 
 
-def _config(tmp_path: Path, dsn: str, max_events: int = MAX_EVENTS, insert_blocks: int = 0) -> Path:
-    path = write_config(tmp_path, dsn, max_events=max_events, insert_blocks=insert_blocks)
+def _config(tmp_path: Path, dsn: str, max_events: int = MAX_EVENTS, change_blocks: int = 0) -> Path:
+    path = write_config(tmp_path, dsn, max_events=max_events, change_blocks=change_blocks)
     cfg = yaml.safe_load(path.read_text())
     cfg["maintenance"] = {"enabled": False}  # count the transaction's snapshots alone
     path.write_text(yaml.safe_dump(cfg))
@@ -80,12 +80,12 @@ def _snapshots(cfg_path: Path, table: str) -> int:
     return len(StaticTable.from_metadata(iceberg_metadata(load(cfg_path), table)).metadata.snapshots)
 
 
-@pytest.mark.parametrize("insert_blocks", [0, 16])  # 16: its runs of inserts as block events
+@pytest.mark.parametrize("change_blocks", [0, 16])  # 16: its runs of inserts as block events
 def test_a_transaction_larger_than_the_batch_is_one_snapshot(
-    tmp_path: Path, pg_db: str, spark: Any, insert_blocks: int
+    tmp_path: Path, pg_db: str, spark: Any, change_blocks: int
 ) -> None:
     _seed(pg_db)
-    cfg_path = _config(tmp_path, pg_db, insert_blocks=insert_blocks)
+    cfg_path = _config(tmp_path, pg_db, change_blocks=change_blocks)
     first = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     assert not first.stopped
     before = {t: _snapshots(cfg_path, t) for t in ("public.t", "public.u")}

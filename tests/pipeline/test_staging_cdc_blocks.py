@@ -1,4 +1,4 @@
-"""A CDC batch whose runs of inserts travel as 'c' block events (``events.block``) among
+"""A CDC batch whose runs of inserts (and of key-keeping updates) travel as 'c' ('u') block events (``events.block``) among
 per-row u/d/c events stages to the table the same events give one row at a time, so the
 mapper (``ops_mapping``) writes exactly the same rows and deletes, in every policy; a bad
 row anywhere (null key, a value that does not fit) sends the batch the row-by-row way,
@@ -19,7 +19,7 @@ from ops_mapping.mapper import BatchMapper
 from replicator.events.block import BlockEvent, RowBlock, row_events
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition
-from replicator.pipeline.staging import stage_events
+from replicator.pipeline.staging import BadChangeError, stage_events
 
 COLUMNS = [("id", "long"), ("v", "string"), ("d", "decimal(9,2)"), ("f", "float")]
 SRC = "postgres"
@@ -42,6 +42,7 @@ def _batch(seed: int) -> list[ChangeEvent]:
             r = rng.random()
             if r < 0.5:
                 n = rng.choice([1, 3, 8])
+                run_op = Op.CREATE if rng.random() < 0.6 else Op.UPDATE  # u: keeps its key
                 bad = seed % 3 == 0 and rng.random() < 0.1  # a null key: staging refuses the block
                 rows = [_row(rng, None if bad and i == 0 else rng.randrange(12)) for i in range(n)]
                 if rng.random() < 0.7:
@@ -51,10 +52,10 @@ def _batch(seed: int) -> list[ChangeEvent]:
                         "d": pa.array([x["d"] for x in rows], pa.decimal128(9, 2)),
                         "f": pa.array([x["f"] for x in rows], pa.float64()),
                     }))  # fmt: skip
-                    evs.append(BlockEvent("public.t", None, block, 0, n, SRC, (lsn,), idx, Op.CREATE,
+                    evs.append(BlockEvent("public.t", None, block, 0, n, SRC, (lsn,), idx, run_op,
                                           5, str(tx), False))  # fmt: skip
                 else:
-                    evs += [ChangeEvent("public.t", Op.CREATE, None, x, position=SourcePosition(SRC, (lsn, idx + i)),
+                    evs += [ChangeEvent("public.t", run_op, None, x, position=SourcePosition(SRC, (lsn, idx + i)),
                                         ts_ms=5, tx_id=str(tx)) for i, x in enumerate(rows)]  # fmt: skip
                 idx += n
                 continue
@@ -68,7 +69,7 @@ def _batch(seed: int) -> list[ChangeEvent]:
         last = evs[-1]
         if type(last) is BlockEvent:
             evs[-1] = BlockEvent("public.t", None, last.block, 0, last.rows, SRC, (lsn,), last.first_seq,
-                                 Op.CREATE, 5, str(tx), True)  # fmt: skip
+                                 last.op, 5, str(tx), True)  # fmt: skip
         else:
             evs[-1] = last.replace(last_in_tx=True)
         out += evs
@@ -88,8 +89,14 @@ def _mapped(staged: pa.Table, policy: MappingPolicy) -> tuple[Any, ...]:
 def test_blocks_stage_and_map_as_rows(seed: int, tmp_path: Path) -> None:
     events = _batch(seed)
     as_rows = [e.replace(after=dict(e.after)) if e.after is not None else e for e in row_events(events)]
+    try:
+        slow = stage_events(as_rows, COLUMNS, ["id"], DeadLetterSink(tmp_path / "b.jsonl"), "dead-letter")
+    except BadChangeError as exc:  # a u without a usable key: the batch stops, either way
+        with pytest.raises(BadChangeError) as got:
+            stage_events(events, COLUMNS, ["id"], DeadLetterSink(tmp_path / "a.jsonl"), "dead-letter")
+        assert str(got.value) == str(exc)
+        return
     fast = stage_events(events, COLUMNS, ["id"], DeadLetterSink(tmp_path / "a.jsonl"), "dead-letter")
-    slow = stage_events(as_rows, COLUMNS, ["id"], DeadLetterSink(tmp_path / "b.jsonl"), "dead-letter")
     assert fast.table.equals(slow.table) and fast.table.schema == slow.table.schema
     assert (fast.events, fast.dead_lettered) == (slow.events, slow.dead_lettered)
     if not fast.table.num_rows:

@@ -22,7 +22,7 @@ from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
-from replicator.sources.postgres.insert_block import insert_block
+from replicator.sources.postgres.change_block import change_block
 from replicator.sources.postgres.pgoutput import (
     _U32,
     PG_EPOCH_US,
@@ -52,6 +52,7 @@ Pending = tuple[
 
 
 make_event = event_maker("postgres")
+_INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")  # pgoutput type bytes
 
 
 @dataclass
@@ -99,13 +100,15 @@ def key_for(
     return flagged or tuple(names)
 
 
-class InsertRun:
-    """Consecutive plain inserts of one table in one transaction, kept undecoded
-    (``ChangeAssembler.insert_raw``); once decoded, held back like a change (``_pending``)."""
+class ChangeRun:
+    """Consecutive plain inserts, or updates that keep their key, of one table in one
+    transaction, kept undecoded (``ChangeAssembler.change_raw``); once decoded, held back
+    like a change (``_pending``)."""
 
-    __slots__ = ("rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
+    __slots__ = ("kind", "rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
 
     def __init__(self) -> None:
+        self.kind = 0  # the messages' type byte
         self.rel: RelState | None = None
         self.msgs: list[bytes] = []
         self.block: RowBlock | None = None
@@ -120,7 +123,8 @@ class InsertRun:
         assert self.rel is not None and self.block is not None
         return BlockEvent(
             self.rel.table, self.rel.schema, self.block, 0, len(self.msgs), "postgres",
-            (self.lsn,), self.first, Op.CREATE, self.ts_ms, self.xid, last_in_tx,
+            (self.lsn,), self.first, Op.CREATE if self.kind == _INSERT else Op.UPDATE, self.ts_ms,
+            self.xid, last_in_tx,
         )  # fmt: skip
 
 
@@ -169,11 +173,11 @@ class ChangeAssembler:
         self.tx_ends: dict[int, tuple[int, int]] = {}  # commit lsn -> (last index out, end)
         self._rels: dict[int, RelState] = {}
         self._tx: _Tx | None = None
-        self._pending: Pending | InsertRun | None = None
+        self._pending: Pending | ChangeRun | None = None
         # Runs of at least this many plain inserts of one table in one transaction are
         # decoded column-wise into one block event ('c'); 0: every change row by row.
-        self.insert_blocks = 0
-        self._run = InsertRun()
+        self.change_blocks = 0
+        self._run = ChangeRun()
 
     @property
     def idle(self) -> bool:
@@ -189,23 +193,28 @@ class ChangeAssembler:
         self._rels.clear()
         self._tx = None
         self._pending = None
-        self._run = InsertRun()
+        self._run = ChangeRun()
 
-    def insert_raw(self, data: bytes) -> Iterator[ChangeEvent]:
-        """An Insert message, undecoded: kept for its relation's run of inserts when the
-        per-row path would hand it out as a plain 'c' (a selected table, a position not yet
-        handed out or committed, a message too small for the row cache: nothing else to
-        decide); else decoded and handled like any message."""
-        tx, run = self._tx, self._run
-        rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 5 else None
-        if tx is not None and rel is not None and rel.selected and len(data) < ROW_CACHE_MIN_CHARS:
-            if run.msgs and run.rel is not rel:
+    def change_raw(self, data: bytes) -> Iterator[ChangeEvent]:
+        """An Insert or Update message, undecoded: kept for its relation's run of such
+        changes when the per-row path would hand it out as a plain 'c' or 'u' (a selected
+        table, a position not yet handed out or committed, a message too small for the row
+        cache, an update without an old tuple: its key is unchanged, and no TOAST state to
+        keep: unchanged-TOAST markers make the run go row by row); else decoded and handled
+        like any message."""
+        tx, run, kind = self._tx, self._run, data[0]
+        rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
+        if (
+            tx is not None and rel is not None and rel.selected and len(data) < ROW_CACHE_MIN_CHARS
+            and (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW))
+        ):  # fmt: skip
+            if run.msgs and (run.rel is not rel or run.kind != kind):
                 yield from self._flush()
                 run = self._run
             parts = (tx.lsn, tx.index + len(run.msgs))
             committed = self.committed.get(rel.table)
             if not (parts <= self.last_out or (committed is not None and parts <= committed)):
-                run.rel = rel
+                run.rel, run.kind = rel, kind
                 run.msgs.append(data)
                 return
         yield from self.handle(decode(data), len(data))
@@ -214,12 +223,12 @@ class ChangeAssembler:
         """The kept run: one block event when it is long enough and decodes column-wise,
         else its messages row by row (which then decide every row as before)."""
         run, tx = self._run, self._tx
-        self._run = InsertRun()
+        self._run = ChangeRun()
         assert run.rel is not None and tx is not None
         block = None
-        if len(run.msgs) >= self.insert_blocks and run.rel.schema is not None:
+        if len(run.msgs) >= self.change_blocks and run.rel.schema is not None:
             engine_types = [c.type for c in run.rel.schema.columns]
-            block = insert_block(run.msgs, run.rel.rows, engine_types)
+            block = change_block(run.msgs, run.rel.rows, engine_types)
         if block is None:
             for data in run.msgs:
                 yield from self.handle(decode(data), len(data))
@@ -230,14 +239,14 @@ class ChangeAssembler:
         if prev is not None:
             yield self._out(prev, False)
 
-    def _out(self, item: Pending | InsertRun, last: bool) -> ChangeEvent:
+    def _out(self, item: Pending | ChangeRun, last: bool) -> ChangeEvent:
         """The event of a held-back change, now that it is known whether it ends its
         transaction."""
         if type(item) is tuple:
             self.last_out = item[4]
             self.stats.changes += 1
             return make_event(*item, last)
-        assert isinstance(item, InsertRun)
+        assert isinstance(item, ChangeRun)
         self.last_out = item.last_parts
         self.stats.changes += len(item.msgs)
         return item.event(last)

@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from replicator.events.types import arrow_type
+from replicator.sources.postgres.change_block import direct_type
 from replicator.sources.postgres.changes import RelState
-from replicator.sources.postgres.insert_block import direct_type
 from replicator.sources.postgres.types import Converter
 
 KEY_TEXT_PREFIX = "__rep_keytext__"  # the key columns again, as text (resume boundaries)

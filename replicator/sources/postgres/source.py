@@ -105,7 +105,7 @@ from replicator.sources.postgres.types import (
 )
 
 log = logging.getLogger(__name__)
-INSERT = ord("I")  # a pgoutput Insert message's type byte
+ROW_KINDS = frozenset(b"IU")  # pgoutput Insert and Update messages' type bytes
 
 __all__ = ["PostgresSource", "SourceStats"]
 
@@ -134,10 +134,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         primary_dsn: str | None = None,
         streaming: StreamingMode = "auto",
         keyless_tables: Sequence[str] = (),
-        insert_blocks: int = 0,
+        change_blocks: int = 0,
     ) -> None:
         super().__init__(dead_letters)
-        self.insert_blocks = insert_blocks  # ChangeAssembler.insert_blocks
+        self.change_blocks = change_blocks  # ChangeAssembler.change_blocks
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -227,7 +227,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             tables=self._tables, mapper=mapper, committed=committed, toast=self._toast,
             stats=self.stats, dead_letters=self.dead_letters, fetch_current=self._fetch_current,
         )  # fmt: skip
-        self._asm.insert_blocks = self.insert_blocks
+        self._asm.change_blocks = self.change_blocks
         slot = setup.slot_info(conn, self.slot)
         if slot is not None:
             setup.check_slot(slot, conn.info.dbname)
@@ -425,7 +425,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 self._discover()
                 incr.next_chunk()
         n = 0
-        blocks = asm.insert_blocks > 0
+        blocks = asm.change_blocks > 0
         started = False
         while n < self.poll_max_messages:
             # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
@@ -459,8 +459,8 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 for msg, size in streamed.feed(data):
                     yield from self._handle(msg, size)
                 continue
-            if blocks and incr is None and data[0] == INSERT:  # kept for a block (changes.py)
-                yield from asm.insert_raw(data if type(data) is bytes else bytes(data))
+            if blocks and incr is None and data[0] in ROW_KINDS:  # kept for a block (changes.py)
+                yield from asm.change_raw(data if type(data) is bytes else bytes(data))
                 continue
             msg = decode(data) if spent is None else spent.timed_decode(decode, data)
             if incr is None:  # the common case inline: no generator per message

@@ -1,4 +1,5 @@
-"""A run of pgoutput Insert messages of one relation decoded column-wise into Arrow.
+"""A run of pgoutput Insert messages (or Update messages without an old tuple: the same
+layout) of one relation decoded column-wise into Arrow.
 
 The per-row path (``pgoutput._tuple`` + ``RowConverter``) splits every message in Python and
 converts value by value. Here the messages are joined into one buffer and split with numpy,
@@ -9,7 +10,7 @@ per-value converter does parsed by it (the column as a one-column CSV: these typ
 output never holds a quote, comma or newline), any other column converted per value by the
 same converter. So the values equal the per-row path's.
 
-``insert_block`` returns None for anything it does not take: a value that is not text or
+``change_block`` returns None for anything it does not take: a value that is not text or
 null (unchanged TOAST, binary), a message whose shape or length is off, a value that does not
 convert or parse, text that is not UTF-8. The caller then sends the run's messages the
 per-row way, which decides each row exactly as before (dead letters included).
@@ -64,13 +65,14 @@ def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
 
 
 _T, _N, _NL = ord("t"), ord("n"), ord("\n")
+_KINDS = frozenset(b"IU")
 _CSV_SPECIAL = np.zeros(256, np.bool_)  # bytes CSV reads as structure, by value
 _CSV_SPECIAL[[ord(","), ord('"'), ord("\r"), _NL]] = True
 _FAILED = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError,
            ArithmeticError, TypeError, UnicodeDecodeError)  # fmt: skip
 
 
-def insert_block(
+def change_block(
     msgs: Sequence[bytes], rows: RowConverter | None, engine_types: Sequence[str]
 ) -> pa.Table | None:
     """The rows of ``msgs`` (Insert messages of one relation, in order; ``rows`` and
@@ -120,7 +122,8 @@ def _split(msgs: Sequence[bytes], ncols: int) -> tuple[np.ndarray, list[Column]]
     starts = ends - lens
     if lens.min() < 8:
         return None
-    if (arr[starts] != ord("I")).any() or (arr[starts + 5] != ord("N")).any():
+    kind = arr[0]  # every message of one kind: Insert, or Update with only its new tuple
+    if kind not in _KINDS or (arr[starts] != kind).any() or (arr[starts + 5] != ord("N")).any():
         return None
     count = (arr[starts + 6].astype(np.int64) << 8) | arr[starts + 7]
     if (count != ncols).any():

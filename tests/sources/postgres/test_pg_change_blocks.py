@@ -1,4 +1,4 @@
-"""Runs of inserts as block events (``ChangeAssembler.insert_raw``), without a server: any
+"""Runs of inserts as block events (``ChangeAssembler.change_raw``), without a server: any
 stream gives, row for row, the events, dead letters, positions and transaction ends the
 row-by-row path gives (bad values, skipped positions, rows big enough for the row cache,
 relation changes, other tables and truncates in between)."""
@@ -82,11 +82,11 @@ def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tu
         tables=TABLES, mapper=TypeMapper(None), committed=committed, toast=RowCache(1 << 20),
         stats=stats, dead_letters=sink, fetch_current=lambda *a: None,
     )  # fmt: skip
-    asm.insert_blocks = blocks
+    asm.change_blocks = blocks
     out = []
     for m in msgs:
         if blocks and m[0] == ord("I"):
-            out.extend(asm.insert_raw(m))
+            out.extend(asm.change_raw(m))
         else:
             out.extend(asm.handle(decode(m), len(m)))
     return out, sink.got, stats, asm.tx_ends, asm.last_out

@@ -1,4 +1,4 @@
-"""Runs of inserts read from a real server as block events (``source.insert_blocks``):
+"""Runs of inserts and of key-keeping updates read from a real server as block events (``source.change_blocks``):
 every type of the all-types table, NULLs and text CSV must quote, give row for row the
 events the per-row path gives; a run with values that do not convert goes row by row and
 is dead-lettered the same way."""
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def _source(make_source: Make, tmp_path: Path, blocks: int) -> Any:
     src = make_source(
-        slot=f"blocks{blocks}", tables=["public.all_types"], insert_blocks=blocks,
+        slot=f"blocks{blocks}", tables=["public.all_types"], change_blocks=blocks,
         dead_letters=DeadLetterSink(tmp_path / f"dead-{blocks}.jsonl"),
     )  # fmt: skip
     src.start(Checkpoints.at({}))
@@ -40,7 +40,7 @@ def _poll(src: Any, want: int) -> list[ChangeEvent]:
     return events
 
 
-def test_insert_blocks_equal_row_by_row(sql: Sql, make_source: Make, tmp_path: Path) -> None:
+def test_change_blocks_equal_row_by_row(sql: Sql, make_source: Make, tmp_path: Path) -> None:
     sql(DDL)
     sql("CREATE TABLE src_rows (LIKE all_types)")
     floats = [("1.5", "2.25"), ("NaN", "-Infinity"), ("-Infinity", "Infinity"),
@@ -59,10 +59,12 @@ def test_insert_blocks_equal_row_by_row(sql: Sql, make_source: Make, tmp_path: P
     sql("INSERT INTO all_types SELECT * FROM src_rows WHERE k1 >= 2000 ORDER BY k1")  # bad values
     sql("UPDATE src_rows SET k1 = 5000 WHERE k1 = 1000")
     sql("INSERT INTO all_types SELECT * FROM src_rows WHERE k1 = 5000")  # a run of one: row by row
-    want = k + 2 + 1
+    sql("UPDATE all_types SET si = 7, t = t || 'x' WHERE k1 <= 1000")  # a run of updates
+    sql("UPDATE all_types SET k1 = -k1 WHERE k1 = 1")  # a key change: its old key, row by row
+    want = k + 2 + 1 + k + 1 + 1
     slow, fast = _poll(rows_src, want), _poll(block_src, want)
     blocks = [e for e in fast if type(e) is BlockEvent]
-    assert [b.rows for b in blocks] == [k + 2]
+    assert [(b.op.value, b.rows) for b in blocks] == [("c", k + 2), ("u", k + 1)]
     assert len(slow) == want and _rows(row_events(fast)) == _rows(slow)
     assert [e.schema_ for e in row_events(fast)] == [e.schema_ for e in slow]
     assert [e.position for e in row_events(fast)] == [e.position for e in slow]
