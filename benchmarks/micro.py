@@ -303,7 +303,8 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
         out: list[Any] = []
         for m in msgs:
             if blocks and m[0] == 73:  # an Insert: kept for a block (source.py does the same)
-                out.extend(asm.change_raw(m))
+                if not asm.keep_raw(m):
+                    out.extend(asm.change_raw(m))
             else:
                 out.extend(asm.handle(decode(m), len(m)))
         return sum(map(row_count, out))

@@ -197,27 +197,43 @@ class ChangeAssembler:
 
     def change_raw(self, data: bytes) -> Iterator[ChangeEvent]:
         """An Insert or Update message, undecoded: kept for its relation's run of such
-        changes when the per-row path would hand it out as a plain 'c' or 'u' (a selected
-        table, a position not yet handed out or committed, a message too small for the row
-        cache, an update without an old tuple: its key is unchanged, and no TOAST state to
-        keep: unchanged-TOAST markers make the run go row by row); else decoded and handled
-        like any message."""
-        tx, run, kind = self._tx, self._run, data[0]
+        changes when ``_keepable``, else decoded and handled like any message."""
         rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
-        if (
-            tx is not None and rel is not None and rel.selected and len(data) < ROW_CACHE_MIN_CHARS
-            and (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW))
-        ):  # fmt: skip
-            if run.msgs and (run.rel is not rel or run.kind != kind):
+        if rel is not None and self._keepable(data, rel):
+            run = self._run
+            if run.msgs and (run.rel is not rel or run.kind != data[0]):
                 yield from self._flush()
                 run = self._run
-            parts = (tx.lsn, tx.index + len(run.msgs))
-            committed = self.committed.get(rel.table)
-            if not (parts <= self.last_out or (committed is not None and parts <= committed)):
-                run.rel, run.kind = rel, kind
-                run.msgs.append(data)
-                return
+            run.rel, run.kind = rel, data[0]
+            run.msgs.append(data)
+            return
         yield from self.handle(decode(data), len(data))
+
+    def keep_raw(self, data: bytes) -> bool:
+        """``change_raw`` for a message that only extends the run (True: kept), without a
+        generator: the common case of a long run. False: nothing done, use ``change_raw``."""
+        run = self._run
+        if not run.msgs or run.kind != data[0] or len(data) < 6:
+            return False
+        rel = run.rel
+        if self._rels.get(_U32.unpack_from(data, 1)[0]) is not rel or not self._keepable(data, rel):
+            return False
+        run.msgs.append(data)
+        return True
+
+    def _keepable(self, data: bytes, rel: RelState | None) -> bool:
+        """Whether the per-row path would hand this change out as a plain 'c' or 'u' with
+        nothing else to decide: a selected table, a position not yet handed out or
+        committed, a message too small for the row cache, an update without an old tuple
+        (its key is unchanged). Unchanged-TOAST markers make the run go row by row."""
+        tx, kind = self._tx, data[0]
+        if tx is None or rel is None or not rel.selected or len(data) >= ROW_CACHE_MIN_CHARS:
+            return False
+        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)):
+            return False
+        parts = (tx.lsn, tx.index + len(self._run.msgs))  # = its index once the run is out
+        committed = self.committed.get(rel.table)
+        return not (parts <= self.last_out or (committed is not None and parts <= committed))
 
     def _flush(self) -> Iterator[ChangeEvent]:
         """The kept run: one block event when it is long enough and decodes column-wise,

@@ -460,7 +460,9 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                     yield from self._handle(msg, size)
                 continue
             if blocks and incr is None and data[0] in ROW_KINDS:  # kept for a block (changes.py)
-                yield from asm.change_raw(data if type(data) is bytes else bytes(data))
+                raw = data if type(data) is bytes else bytes(data)
+                if not asm.keep_raw(raw):
+                    yield from asm.change_raw(raw)
                 continue
             msg = decode(data) if spent is None else spent.timed_decode(decode, data)
             if incr is None:  # the common case inline: no generator per message

@@ -86,7 +86,8 @@ def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tu
     out = []
     for m in msgs:
         if blocks and m[0] == ord("I"):
-            out.extend(asm.change_raw(m))
+            if not asm.keep_raw(m):
+                out.extend(asm.change_raw(m))
         else:
             out.extend(asm.handle(decode(m), len(m)))
     return out, sink.got, stats, asm.tx_ends, asm.last_out
