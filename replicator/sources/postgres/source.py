@@ -275,6 +275,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             return
         where = self.state_dir / "streamed" / f"postgres-{self.slot}" if self.state_dir else None
         self._streamed = StreamedTransactions(where)
+        self._streamed.raw_rows = self.change_blocks > 0
         log.info(
             "streaming of in-progress transactions: on (pgoutput protocol 2; large transactions "
             "kept under %s until their commit)", self._streamed.directory,
@@ -425,7 +426,9 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 self._discover()
                 incr.next_chunk()
         n = 0
-        blocks = asm.change_blocks > 0
+        # Runs of changes as block events, unless an incremental snapshot's chunk window
+        # watches this poll's changes row by row (windows open only above, at a poll's start).
+        blocks = asm.change_blocks > 0 and (incr is None or incr.window is None)
         started = False
         while n < self.poll_max_messages:
             # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
@@ -459,7 +462,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 for msg, size in streamed.feed(data):
                     yield from self._handle(msg, size)
                 continue
-            if blocks and incr is None and data[0] in ROW_KINDS:  # kept for a block (changes.py)
+            if blocks and data[0] in ROW_KINDS:  # kept for a block (changes.py)
                 raw = data if type(data) is bytes else bytes(data)
                 if not asm.keep_raw(raw):
                     yield from asm.change_raw(raw)
@@ -470,9 +473,18 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 continue
             yield from self._handle(msg, len(data))
 
-    def _handle(self, msg: PgOutputMessage, size: int) -> Iterator[ChangeEvent]:
+    def _handle(self, msg: PgOutputMessage | bytes, size: int) -> Iterator[ChangeEvent]:
+        """One message (an Insert or Update replayed from a streamed transaction may come
+        undecoded: ``StreamedTransactions.raw_rows``)."""
         asm, incr = self._asm, self._incr
         assert asm is not None
+        if type(msg) is bytes:
+            if incr is None or incr.window is None:  # no chunk window watches rows
+                if not asm.keep_raw(msg):
+                    yield from asm.change_raw(msg)
+                return
+            msg = decode(msg)
+        assert not isinstance(msg, bytes)
         if incr is None:
             yield from asm.handle(msg, size)
             return

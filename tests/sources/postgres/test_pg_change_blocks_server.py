@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 def _source(make_source: Make, tmp_path: Path, blocks: int) -> Any:
     src = make_source(
         slot=f"blocks{blocks}", tables=["public.all_types"], change_blocks=blocks,
+        state_dir=tmp_path / f"state{blocks}",  # as the engine runs it: incremental snapshots on
         dead_letters=DeadLetterSink(tmp_path / f"dead-{blocks}.jsonl"),
     )  # fmt: skip
     src.start(Checkpoints.at({}))
@@ -74,3 +75,4 @@ def test_change_blocks_equal_row_by_row(sql: Sql, make_source: Make, tmp_path: P
         for b in (0, 2)
     ]  # fmt: skip
     assert dead[0] == dead[1] and len(dead[0]) == 3
+    assert block_src._incr is not None  # the engine's setting: block events beside it
