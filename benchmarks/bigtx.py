@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 CHANGE_BLOCKS = 0  # --change-blocks
+ENGINE = "spark"  # --engine
 PG_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b text, c double precision)"
 PG_INSERT = "INSERT INTO {t} SELECT g, g % 1000, 'row-' || g, g * 0.5 FROM generate_series({lo}, {hi}) g"
 MY_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b varchar(40), c double)"
@@ -57,7 +58,8 @@ def _child(config: str, rss_out: str, until_idle: bool, trace_out: str | None = 
         trace.start()
     t0 = time.perf_counter()
     try:
-        rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])], steps=trace)
+        rc = main(["run", "--config", config, "--engine", ENGINE, *(["--until-idle"] if until_idle else [])],
+                  steps=trace)  # fmt: skip
     finally:
         if trace is not None:
             trace.finish()
@@ -75,7 +77,8 @@ def _engine(config: Path, out: Path, *, until_rows: int | None = None, trace: bo
     stop it with SIGTERM (a clean stop), since ``--until-idle`` may take the keepalives the
     server sends while it decodes a huge transaction for "idle" (issue 23 item 1)."""
     rss = out.with_suffix(".rss.json")
-    cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss)]
+    cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss),
+           "--engine", ENGINE]  # fmt: skip
     if until_rows is None:
         cmd.append("--child-until-idle")
     if trace:
@@ -200,16 +203,18 @@ def main(argv: list[str] | None = None) -> None:
                     "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl")
     ap.add_argument("--change-blocks", type=int, default=0,
                     help="postgres: source.change_blocks (runs of inserts as block events; 0: off)")
+    ap.add_argument("--engine", choices=("spark", "local"), default="spark",
+                    help="where the apply stage runs (local: no Spark, the driver writes the files)")
     ap.add_argument("--trace-out", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
     ap.add_argument("--child-until-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global CHANGE_BLOCKS, ENGINE
+    CHANGE_BLOCKS, ENGINE = args.change_blocks, args.engine
     if args.child:
         _child(args.child, args.rss_out, args.child_until_idle, args.trace_out)
         return
-    global CHANGE_BLOCKS
-    CHANGE_BLOCKS = args.change_blocks
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     server_dir = tempfile.mkdtemp(prefix=f"rp-bigtx-{args.source}-")

@@ -53,6 +53,9 @@ Pending = tuple[
 
 make_event = event_maker("postgres")
 _INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")  # pgoutput type bytes
+# Rows of one block at most: a streamed transaction replays whole in one poll, and a block's
+# rows are decoded (and held) at once.
+RUN_MAX_ROWS = 8192
 
 
 @dataclass
@@ -201,7 +204,7 @@ class ChangeAssembler:
         rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
         if rel is not None and self._keepable(data, rel):
             run = self._run
-            if run.msgs and (run.rel is not rel or run.kind != data[0]):
+            if run.msgs and (run.rel is not rel or run.kind != data[0] or len(run.msgs) >= RUN_MAX_ROWS):
                 yield from self._flush()
                 run = self._run
             run.rel, run.kind = rel, data[0]
@@ -209,11 +212,16 @@ class ChangeAssembler:
             return
         yield from self.handle(decode(data), len(data))
 
+    def flush_run(self) -> Iterator[ChangeEvent]:
+        """The kept run now, as a block (held back like any change) or row by row."""
+        if self._run.msgs:
+            yield from self._flush()
+
     def keep_raw(self, data: bytes) -> bool:
         """``change_raw`` for a message that only extends the run (True: kept), without a
         generator: the common case of a long run. False: nothing done, use ``change_raw``."""
         run = self._run
-        if not run.msgs or run.kind != data[0] or len(data) < 6:
+        if not run.msgs or run.kind != data[0] or len(data) < 6 or len(run.msgs) >= RUN_MAX_ROWS:
             return False
         rel = run.rel
         if self._rels.get(_U32.unpack_from(data, 1)[0]) is not rel or not self._keepable(data, rel):

@@ -137,8 +137,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         change_blocks: int = 0,
     ) -> None:
         super().__init__(dead_letters)
-        self.change_blocks = change_blocks  # ChangeAssembler.change_blocks
-        self.dsn = dsn
+        self.change_blocks, self.dsn = change_blocks, dsn  # ChangeAssembler.change_blocks
         self.slot = slot
         self.publication = publication
         self.tables_config = list(tables) if tables is not None else None
@@ -402,18 +401,24 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
 
     def _poll_stream(self) -> Iterator[ChangeEvent]:
         # An incremental snapshot with chunks left never polls empty (that would read as
-        # idle): a chunk whose rows the stream all replaced goes on to the next one.
+        # idle): a chunk whose rows the stream all replaced goes on to the next one. Nor, once,
+        # a poll that read only a run of changes (a block held back until the next change).
+        again = 1
         while True:
-            got = False
+            got, self._capped = False, False
             for ev in self._poll_stream_once():
                 got = True
                 yield ev
-            if got or self._stream is None or self._incr is None or not self._incr.busy:
+            busy = self._incr is not None and self._incr.busy
+            if got or self._stream is None or not (busy or (self._capped and again)):
                 return
+            again = 0
 
     def _poll_stream_once(self) -> Iterator[ChangeEvent]:
         with PollSpent.reporting(self.source_observer) as spent:
             yield from self._read_stream(spent)
+            if self._asm is not None:  # a run kept so far goes out with the poll's end
+                yield from self._asm.flush_run()
 
     def _read_stream(self, spent: PollSpent | None) -> Iterator[ChangeEvent]:
         asm = self._asm
@@ -426,8 +431,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 self._discover()
                 incr.next_chunk()
         n = 0
-        # Runs of changes as block events, unless an incremental snapshot's chunk window
-        # watches this poll's changes row by row (windows open only above, at a poll's start).
+        # Runs of changes as blocks, unless a chunk window (opened only above) watches the rows.
         blocks = asm.change_blocks > 0 and (incr is None or incr.window is None)
         started = False
         while n < self.poll_max_messages:
@@ -472,10 +476,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 yield from asm.handle(msg, len(data))
                 continue
             yield from self._handle(msg, len(data))
+        self._capped = blocks  # more may be waiting
 
     def _handle(self, msg: PgOutputMessage | bytes, size: int) -> Iterator[ChangeEvent]:
-        """One message (an Insert or Update replayed from a streamed transaction may come
-        undecoded: ``StreamedTransactions.raw_rows``)."""
+        """One message (a streamed transaction's Insert or Update may come undecoded)."""
         asm, incr = self._asm, self._incr
         assert asm is not None
         if type(msg) is bytes:

@@ -76,3 +76,20 @@ def test_change_blocks_equal_row_by_row(sql: Sql, make_source: Make, tmp_path: P
     ]  # fmt: skip
     assert dead[0] == dead[1] and len(dead[0]) == 3
     assert block_src._incr is not None  # the engine's setting: block events beside it
+
+
+def test_a_poll_that_reads_only_a_run_is_not_empty(sql: Sql, make_source: Make, tmp_path: Path) -> None:
+    """A poll that reaches its message cap inside a run (its block held back until the next
+    change) reads on once instead of coming back empty, which the pipeline takes for idle
+    (and sleeps)."""
+    sql("CREATE TABLE bulk (id int PRIMARY KEY, v text)")
+    src = make_source(slot="capped", tables=["public.bulk"], change_blocks=4, poll_max_messages=20,
+                      state_dir=tmp_path / "state")  # fmt: skip
+    src.start(Checkpoints.at({}))
+    while src.snapshot_in_progress:
+        list(src.poll())
+    sql("INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    first = list(src.poll())
+    assert first and all(type(e) is BlockEvent for e in first)
+    rest = _poll(src, 100 - sum(e.rows for e in first))  # type: ignore[attr-defined]
+    assert [e.after["id"] for e in row_events(first + rest)] == list(range(1, 101))  # type: ignore[index]
