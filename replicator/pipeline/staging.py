@@ -23,7 +23,7 @@ from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from replicator.errors import TerminalError
-from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_events
+from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_count, row_events
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
@@ -400,34 +400,33 @@ def _build_mixed(
     events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
     not_null: Sequence[str],
 ) -> pa.Table | None:
-    """A batch of block events among per-row events (a CDC source's runs of inserts): each
-    stretch built its own way (block rows sliced, other rows by ``_build``) and joined in
-    order. None (the caller builds row by row) when there is no block event, or a stretch
+    """A batch of block events among per-row events (a CDC source's runs of changes): the
+    block rows sliced in one build, the other rows built in one more, then put back in
+    order. None (the caller builds row by row) when there is no block event, or a build
     refuses or holds a bad row (the row-by-row path names and handles it)."""
     if not any(type(ev) is BlockEvent for ev in events):
         return None
-    parts: list[pa.Table] = []
-    i = 0
-    while i < len(events):
-        blocky = _block_row(events[i])
-        j = i + 1
-        while j < len(events) and _block_row(events[j]) is blocky:
-            j += 1
-        stretch = events[i:j]
-        if blocky:
-            part = _build_from_blocks(stretch, columns, key_columns, not_null)
-        else:
-            try:
-                part = _build(stretch, columns, key_columns)
-            except _CONVERSION_ERRORS:
-                return None
-            if _null_keys(part, not_null):
-                return None
-        if part is None:
+    blocky = [_block_row(ev) for ev in events]
+    blocks = _build_from_blocks([e for e, b in zip(events, blocky, strict=True) if b], columns, key_columns, not_null)
+    if blocks is None:
+        return None
+    rows = [e for e, b in zip(events, blocky, strict=True) if not b]
+    parts = [blocks]
+    if rows:
+        try:
+            built = _build(rows, columns, key_columns)
+        except _CONVERSION_ERRORS:
             return None
-        parts.append(part)
-        i = j
-    table = pa.concat_tables([p.cast(parts[0].schema) for p in parts]).combine_chunks()
+        if _null_keys(built, not_null):
+            return None
+        parts.append(built.cast(blocks.schema))
+    # Row i of the batch: the next block row (0..) or the next other row (after the blocks).
+    counts = np.fromiter((row_count(e) for e in events), np.int64, len(events))
+    is_block = np.repeat(np.array(blocky, np.bool_), counts)
+    order = np.empty(len(is_block), np.int64)
+    order[is_block] = np.arange(blocks.num_rows)
+    order[~is_block] = np.arange(blocks.num_rows, len(is_block))
+    table = pa.concat_tables(parts).combine_chunks().take(pa.array(order))
     return table.set_column(0, SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
