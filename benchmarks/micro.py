@@ -237,7 +237,9 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
 def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[bytes]:
     """The mixed workload's shape as pgoutput: 4 tables of the 8 ``narrow_table`` columns,
     transactions of 1 (60%), 2-20 (30%) or 50-500 changes (10%), 50% inserts, 40% updates,
-    10% deletes over 100k keys. ``bulk``: transactions of 500 inserts of one table instead."""
+    10% deletes over 100k keys, each transaction's changes grouped by table, then deletes,
+    updates, inserts (as ``benchmarks.workloads.TxOps`` runs them). ``bulk``: transactions of
+    500 inserts of one table instead."""
     import random
 
     from tests.sources.postgres import pg_testkit as kit
@@ -259,9 +261,11 @@ def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[byte
         size = 500 if bulk else size
         msgs.append(kit.begin(lsn + 512, 800_000_000_000_000 + tx, 1000 + tx))
         bulk_rel = 16400 + rng.randrange(4)
+        ops = []
         for _ in range(size):
             rel, key, op = 16400 + rng.randrange(4), rng.randrange(100_000), rng.random()
-            rel, op = (bulk_rel, 0.0) if bulk else (rel, op)
+            ops.append((bulk_rel, key, 0.0) if bulk else (rel, key, op))
+        for rel, key, op in sorted(ops, key=lambda o: (o[0], 0 if o[2] >= 0.9 else 1 if o[2] >= 0.5 else 2)):
             if op < 0.5:
                 msgs.append(kit.insert(rel, row(key, tx)))
             elif op < 0.9:
