@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+CHANGE_BLOCKS = 0  # --change-blocks
+ENGINE = "spark"  # --engine
 PG_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b text, c double precision)"
 PG_INSERT = "INSERT INTO {t} SELECT g, g % 1000, 'row-' || g, g * 0.5 FROM generate_series({lo}, {hi}) g"
 MY_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b varchar(40), c double)"
@@ -56,13 +58,17 @@ def _child(config: str, rss_out: str, until_idle: bool, trace_out: str | None = 
         trace.start()
     t0 = time.perf_counter()
     try:
-        rc = main(["run", "--config", config, *(["--until-idle"] if until_idle else [])], steps=trace)
+        rc = main(["run", "--config", config, "--engine", ENGINE, *(["--until-idle"] if until_idle else [])],
+                  steps=trace)  # fmt: skip
     finally:
         if trace is not None:
             trace.finish()
     seconds = time.perf_counter() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    Path(rss_out).write_text(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kib": peak_kib}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak_kib = usage.ru_maxrss  # KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime  # the driver's CPU (Spark's JVM is another process)
+    Path(rss_out).write_text(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kib": peak_kib,
+                                         "cpu_seconds": round(cpu, 2)}))  # fmt: skip
     sys.exit(rc)
 
 
@@ -71,7 +77,8 @@ def _engine(config: Path, out: Path, *, until_rows: int | None = None, trace: bo
     stop it with SIGTERM (a clean stop), since ``--until-idle`` may take the keepalives the
     server sends while it decodes a huge transaction for "idle" (issue 23 item 1)."""
     rss = out.with_suffix(".rss.json")
-    cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss)]
+    cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss),
+           "--engine", ENGINE]  # fmt: skip
     if until_rows is None:
         cmd.append("--child-until-idle")
     if trace:
@@ -141,7 +148,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
         conn.execute(PG_INSERT.format(t=table, lo=0, hi=0).encode())  # the set-up run commits it
         if kind == "update":
             _fill_pg(conn, table, size)
-    config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}",
+    config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}", "change_blocks": CHANGE_BLOCKS,
                             "tables": [f"public.{table}"]})  # fmt: skip
     _engine(config, work / "setup.log")
     t0 = time.perf_counter()
@@ -194,11 +201,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace", action="store_true",
                     help="also trace the engine's memory per chunk (benchmarks.memtrace; "
                     "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl")
+    ap.add_argument("--change-blocks", type=int, default=0,
+                    help="postgres: source.change_blocks (runs of inserts as block events; 0: off)")
+    ap.add_argument("--engine", choices=("spark", "local"), default="spark",
+                    help="where the apply stage runs (local: no Spark, the driver writes the files)")
     ap.add_argument("--trace-out", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
     ap.add_argument("--child-until-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global CHANGE_BLOCKS, ENGINE
+    CHANGE_BLOCKS, ENGINE = args.change_blocks, args.engine
     if args.child:
         _child(args.child, args.rss_out, args.child_until_idle, args.trace_out)
         return

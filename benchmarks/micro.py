@@ -234,10 +234,12 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
         print(f"{label}: {n:,} events in {best:.2f} s = {n / best:,.0f} events/s, {files} data files")
 
 
-def _mixed_pgoutput(events: int, seed: int = 1) -> list[bytes]:
+def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[bytes]:
     """The mixed workload's shape as pgoutput: 4 tables of the 8 ``narrow_table`` columns,
     transactions of 1 (60%), 2-20 (30%) or 50-500 changes (10%), 50% inserts, 40% updates,
-    10% deletes over 100k keys."""
+    10% deletes over 100k keys, each transaction's changes grouped by table, then deletes,
+    updates, inserts (as ``benchmarks.workloads.TxOps`` runs them). ``bulk``: transactions of
+    500 inserts of one table instead."""
     import random
 
     from tests.sources.postgres import pg_testkit as kit
@@ -256,9 +258,14 @@ def _mixed_pgoutput(events: int, seed: int = 1) -> list[bytes]:
     while n < events:
         r = rng.random()
         size = 1 if r < 0.6 else rng.randint(2, 20) if r < 0.9 else rng.randint(50, 500)
+        size = 500 if bulk else size
         msgs.append(kit.begin(lsn + 512, 800_000_000_000_000 + tx, 1000 + tx))
+        bulk_rel = 16400 + rng.randrange(4)
+        ops = []
         for _ in range(size):
             rel, key, op = 16400 + rng.randrange(4), rng.randrange(100_000), rng.random()
+            ops.append((bulk_rel, key, 0.0) if bulk else (rel, key, op))
+        for rel, key, op in sorted(ops, key=lambda o: (o[0], 0 if o[2] >= 0.9 else 1 if o[2] >= 0.5 else 2)):
             if op < 0.5:
                 msgs.append(kit.insert(rel, row(key, tx)))
             elif op < 0.9:
@@ -271,13 +278,15 @@ def _mixed_pgoutput(events: int, seed: int = 1) -> list[bytes]:
     return msgs
 
 
-def reader(events: int = 200_000, repeat: int = 3) -> None:
+def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool = False) -> None:
     """The Postgres reader thread's per-event CPU without a server: pgoutput decode, the
     ChangeAssembler (conversion, positions, TOAST rules) and the ChangeEvents, kept in a list
     as a batch keeps them; the cyclic collector at CPython's default thresholds and as the
-    engine's run sets them (``replicator.pipeline.gc_policy``)."""
+    engine's run sets them (``replicator.pipeline.gc_policy``). ``blocks``: the assembler's
+    ``change_blocks`` (runs of inserts as block events); ``bulk``: 500-insert transactions."""
     import gc
 
+    from replicator.events.block import row_count
     from replicator.events.deadletter import DeadLetterSink
     from replicator.pipeline.gc_policy import run_thresholds
     from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
@@ -286,7 +295,7 @@ def reader(events: int = 200_000, repeat: int = 3) -> None:
     from replicator.sources.postgres.toast import RowCache
     from replicator.sources.postgres.types import TypeMapper
 
-    msgs = _mixed_pgoutput(events)
+    msgs = _mixed_pgoutput(events, bulk=bulk)
 
     def run() -> int:
         tables = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(4)}
@@ -294,10 +303,15 @@ def reader(events: int = 200_000, repeat: int = 3) -> None:
             tables=tables, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
             dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
         )  # fmt: skip
+        asm.change_blocks = blocks
         out: list[Any] = []
         for m in msgs:
-            out.extend(asm.handle(decode(m), len(m)))
-        return len(out)
+            if blocks and m[0] == 73:  # an Insert: kept for a block (source.py does the same)
+                if not asm.keep_raw(m):
+                    out.extend(asm.change_raw(m))
+            else:
+                out.extend(asm.handle(decode(m), len(m)))
+        return sum(map(row_count, out))
 
     for label in ("collector at CPython's defaults", "collector as the engine's run sets it"):
         best, n = float("inf"), 0
@@ -307,13 +321,15 @@ def reader(events: int = 200_000, repeat: int = 3) -> None:
                 t0 = time.process_time()
                 n = run()
                 best = min(best, time.process_time() - t0)
-        print(f"reader path, {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
+        print(f"reader path ({'bulk inserts' if bulk else 'mixed'}, change_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
               f"{n / best:,.0f} events per CPU-second")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader"])
+    ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
+    ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
     args = ap.parse_args(argv)
     if args.what == "commits":
         for before in (1, 20, 120):
@@ -321,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "staging":
         staging()
     elif args.what == "reader":
-        reader()
+        reader(blocks=args.change_blocks, bulk=args.bulk)
     elif args.what == "partitioned":
         partitioned()
     elif args.what == "deleted-share":

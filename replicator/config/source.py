@@ -198,6 +198,12 @@ class PostgresSourceConfig(_DatabaseSource):
         "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
         "refused on older servers",
     )
+    change_blocks: int = Field(
+        0, ge=0, description="experimental: a run of at least this many inserts (or of updates "
+        "that keep their key) of one table inside one transaction is decoded column-wise and "
+        "carried as one block of rows (values, positions and dead letters as row by row); "
+        "pays from ~100 rows (bulk loads); 0: off",
+    )
 
     @field_validator("streaming", mode="before")
     @classmethod

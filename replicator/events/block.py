@@ -20,7 +20,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema, read_events
+from replicator.events.model import (
+    ChangeEvent,
+    Op,
+    SourcePosition,
+    TableSchema,
+    event_builder,
+    read_events,
+)
+
+_BLOCK_OPS = frozenset((Op.READ, Op.CREATE, Op.UPDATE))
 
 
 class RowBlock:
@@ -93,7 +102,13 @@ class BlockEvent(ChangeEvent):
     row's (the batch ends there; a checkpoint at or past it holds every row);
     ``first_position`` its first's; ``after`` its last row (a ``BlockRow``). A consumer that
     needs rows one by one (a column policy, a batch the vectorised staging refuses) takes
-    ``events()``: the same 'r' events a row-by-row source hands out."""
+    ``events()``: the same 'r' events a row-by-row source hands out.
+
+    A CDC source's run of inserts of one table inside one transaction travels the same way
+    with ``op`` 'c' (``sources/postgres/changes.py``), a run of updates that keep their key
+    with ``op`` 'u' (no ``before``: the after key is the before key): its rows share
+    ``ts_ms`` and ``tx_id``, and only the last row may end the transaction
+    (``last_in_tx``)."""
 
     __slots__ = ("block", "start", "stop", "prefix", "first_seq")
     block: RowBlock
@@ -104,14 +119,17 @@ class BlockEvent(ChangeEvent):
 
     def __init__(
         self, table: str, schema: TableSchema | None, block: RowBlock, start: int, stop: int,
-        source: str, prefix: tuple[Any, ...], first_seq: int,
+        source: str, prefix: tuple[Any, ...], first_seq: int, op: Op = Op.READ,
+        ts_ms: int | None = None, tx_id: str | None = None, last_in_tx: bool = True,
     ) -> None:  # fmt: skip
         if stop <= start:
             raise ValueError("a block event holds at least one row")
+        if op not in _BLOCK_OPS:
+            raise ValueError(f"a block event holds 'r', 'c' or 'u' rows, not {op.value!r}")
         last = (*prefix, first_seq + stop - start - 1)
         super().__init__(
-            table, Op.READ, None, BlockRow(block, stop - 1), position=SourcePosition(source, last),
-            schema=schema, last_in_tx=True,
+            table, op, None, BlockRow(block, stop - 1), position=SourcePosition(source, last),
+            schema=schema, ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last_in_tx,
         )  # fmt: skip
         _set = object.__setattr__
         _set(self, "block", block)
@@ -137,14 +155,22 @@ class BlockEvent(ChangeEvent):
             return self
         skip = int(done.parts[-1]) - self.first_seq + 1  # done shares the prefix here
         return BlockEvent(self.table, self.schema_, self.block, self.start + skip, self.stop,
-                          self.position.source, self.prefix, self.first_seq + skip)  # fmt: skip
+                          self.position.source, self.prefix, self.first_seq + skip, self.op,
+                          self.ts_ms, self.tx_id, self.last_in_tx)  # fmt: skip
 
     def events(self) -> list[ChangeEvent]:
-        """Its rows as per-row 'r' events (the row-by-row path's input)."""
+        """Its rows as per-row events (the row-by-row path's input)."""
         rows = map(BlockRow, repeat(self.block), range(self.start, self.stop))
         seqs = range(self.first_seq, self.first_seq + self.rows)
-        return read_events(self.table, self.schema_, rows, self.position.source,
-                           ((*self.prefix, s) for s in seqs))  # fmt: skip
+        if self.op is Op.READ:
+            return read_events(self.table, self.schema_, rows, self.position.source,
+                               ((*self.prefix, s) for s in seqs))  # fmt: skip
+        build = event_builder(self.position.source)
+        out = [build(self.table, self.op, None, row, (*self.prefix, s), self.schema_, self.ts_ms,
+                     self.tx_id, False, None) for row, s in zip(rows, seqs, strict=True)]  # fmt: skip
+        if self.last_in_tx:
+            out[-1] = out[-1].replace(last_in_tx=True)
+        return out
 
     def replace(self, **changes: Any) -> ChangeEvent:
         """Refused: a copy would be one row (its ``after``), silently dropping the others;
@@ -153,10 +179,11 @@ class BlockEvent(ChangeEvent):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (BlockEvent, (self.table, self.schema_, self.block, self.start, self.stop,
-                             self.position.source, self.prefix, self.first_seq))  # fmt: skip
+                             self.position.source, self.prefix, self.first_seq, self.op,
+                             self.ts_ms, self.tx_id, self.last_in_tx))  # fmt: skip
 
     def __repr__(self) -> str:
-        return (f"BlockEvent(table={self.table!r}, rows={self.rows}, first={self.first_position!s}, "
+        return (f"BlockEvent(table={self.table!r}, op={self.op.value!r}, rows={self.rows}, first={self.first_position!s}, "
                 f"last={self.position!s})")  # fmt: skip
 
 

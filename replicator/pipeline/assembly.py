@@ -49,7 +49,7 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
             snapshot_connections=src.snapshot_connections,
             failover_slot=src.failover_slot, streaming=src.streaming,
             primary_dsn=src.primary.dsn if src.primary is not None else None,
-            keyless_tables=src.keyless_tables,
+            keyless_tables=src.keyless_tables, change_blocks=src.change_blocks,
         )
     if src.type == "mysql":
         from replicator.sources.mysql.source import MySQLSource

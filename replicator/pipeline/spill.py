@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from replicator.errors import SchemaChangeError
+from replicator.events.block import first_position
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.tables import engine_type
@@ -60,7 +61,8 @@ class Spiller:
         spilled = self.pending.get(table)
         if spilled is None:
             spilled = self.pending[table] = SpilledTable(
-                table, first=events[0].position, last=events[-1].position, prefix=self.store.new_prefix()
+                table, first=first_position(events[0]), last=events[-1].position,
+                prefix=self.store.new_prefix(),  # a block event starts at its first row
             )
             log.info("%s: a transaction outgrows the batch; staging its changes in chunks", table)
         spilled.last = events[-1].position

@@ -23,7 +23,7 @@ from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from replicator.errors import TerminalError
-from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_events
+from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_count, row_events
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
@@ -38,6 +38,7 @@ _DELETE = pa.scalar(Op.DELETE.value)
 _UPDATE = pa.scalar(Op.UPDATE.value)
 _UPDATE_OR_DELETE = pa.array([Op.UPDATE.value, Op.DELETE.value])
 _FALSE = pa.scalar(False)
+_BLOCK_OPS = frozenset((Op.READ, Op.CREATE, Op.UPDATE))
 
 
 class BadChangeError(TerminalError):
@@ -83,7 +84,9 @@ def stage_events(
         else:
             live.append(ev)
     checked = () if whole_row else key_columns  # columns that may not be null
-    fast = _build_from_blocks(live, columns, key_columns, checked)
+    fast = _build_from_blocks(live, columns, key_columns, checked) or _build_mixed(
+        live, columns, key_columns, checked
+    )
     if fast is not None:
         return StagedBatch(table=fast, events=fast.num_rows, dead_lettered=dropped)
     live = row_events(live)  # what the vectorised build refuses goes row by row
@@ -331,38 +334,34 @@ def _build_from_blocks(
     an 'r' whose ``after`` is a ``BlockRow``; the columns are slices of the blocks, cast to
     the table's types. None (the caller builds value by value) for any other batch, or when
     a key is null or a column does not cast (the value-by-value path names the culprit)."""
-    runs: list[list[Any]] = []  # [block, start, stop]
+    runs: list[list[Any]] = []  # [block, start, stop, op]
     for ev in events:
-        if type(ev) is BlockEvent:  # a snapshot chunk as one event
+        if type(ev) is BlockEvent:  # a snapshot chunk or a run of inserts as one event
             block, start, stop = ev.block, ev.start, ev.stop
         else:
             a = ev.after
-            if ev.op is not Op.READ or a.__class__ is not BlockRow or ev.error is not None:
+            if not _block_row(ev):
                 return None
             assert isinstance(a, BlockRow)
             block, start, stop = a.block, a.index, a.index + 1
         last = runs[-1] if runs else None
-        if last is not None and last[0] is block and last[2] == start:
+        if last is not None and last[0] is block and last[2] == start and last[3] is ev.op:
             last[2] = stop
         else:
-            runs.append([block, start, stop])
+            runs.append([block, start, stop, ev.op])
     if not runs:
         return None
-    n = sum(stop - start for _b, start, stop in runs)
+    n = sum(stop - start for _b, start, stop, _op in runs)
     types = dict(columns)
-    arrays: list[pa.Array] = [
-        pa.array(np.arange(n, dtype=np.int64)),
-        pa.nulls(n, pa.string()).fill_null(Op.READ.value),
-    ]
+    ops = pa.concat_arrays([pa.nulls(stop - start, pa.string()).fill_null(op.value) for _b, start, stop, op in runs])
+    arrays: list[pa.Array] = [pa.array(np.arange(n, dtype=np.int64)), ops]
     names = [SEQ, OP]
-    for k in key_columns:
-        arrays.append(pa.nulls(n, type=arrow_type(types[k])))
-        names.append(before_key_column(k))
+    key_at = len(arrays)  # the before keys go here, once the after columns are built
     try:
         for name, type_ in columns:
             at = arrow_type(type_)
             pieces = []
-            for block, start, stop in runs:
+            for block, start, stop, _op in runs:
                 assert isinstance(block, RowBlock)
                 if block.has(name):
                     col = block.table.column(name)
@@ -378,7 +377,57 @@ def _build_from_blocks(
             names.append(name)
     except _CONVERSION_ERRORS:
         return None
+    # An update of a block keeps its key: its before key is its after key (``_before_key_row``).
+    updates = pc.equal(ops, _UPDATE) if any(op is Op.UPDATE for *_r, op in runs) else None
+    for i, k in enumerate(key_columns):
+        at = arrow_type(types[k])
+        after = arrays[names.index(k)]
+        before = pa.nulls(n, type=at) if updates is None else pc.if_else(updates, after, pa.scalar(None, at))
+        arrays.insert(key_at + i, before)
+        names.insert(key_at + i, before_key_column(k))
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _block_row(ev: ChangeEvent) -> bool:
+    """A block event, or a row of a block read as is (an 'r', 'c' or key-keeping 'u' whose
+    ``after`` is a ``BlockRow``): what ``_build_from_blocks`` slices."""
+    if type(ev) is BlockEvent:
+        return True
+    return ev.after.__class__ is BlockRow and ev.error is None and ev.op in _BLOCK_OPS and ev.before is None
+
+
+def _build_mixed(
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+    not_null: Sequence[str],
+) -> pa.Table | None:
+    """A batch of block events among per-row events (a CDC source's runs of changes): the
+    block rows sliced in one build, the other rows built in one more, then put back in
+    order. None (the caller builds row by row) when there is no block event, or a build
+    refuses or holds a bad row (the row-by-row path names and handles it)."""
+    if not any(type(ev) is BlockEvent for ev in events):
+        return None
+    blocky = [_block_row(ev) for ev in events]
+    blocks = _build_from_blocks([e for e, b in zip(events, blocky, strict=True) if b], columns, key_columns, not_null)
+    if blocks is None:
+        return None
+    rows = [e for e, b in zip(events, blocky, strict=True) if not b]
+    parts = [blocks]
+    if rows:
+        try:
+            built = _build(rows, columns, key_columns)
+        except _CONVERSION_ERRORS:
+            return None
+        if _null_keys(built, not_null):
+            return None
+        parts.append(built.cast(blocks.schema))
+    # Row i of the batch: the next block row (0..) or the next other row (after the blocks).
+    counts = np.fromiter((row_count(e) for e in events), np.int64, len(events))
+    is_block = np.repeat(np.array(blocky, np.bool_), counts)
+    order = np.empty(len(is_block), np.int64)
+    order[is_block] = np.arange(blocks.num_rows)
+    order[~is_block] = np.arange(blocks.num_rows, len(is_block))
+    table = pa.concat_tables(parts).combine_chunks().take(pa.array(order))
+    return table.set_column(0, SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
 def _casts_like_values(have: pa.DataType, want: pa.DataType) -> bool:

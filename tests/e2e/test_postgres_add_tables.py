@@ -95,15 +95,16 @@ def _judge(cfg_path: Path, dsn: str, name: str) -> str:
     return metadata
 
 
+@pytest.mark.parametrize("change_blocks", [0, 1])  # 1: every insert / key-keeping update a block
 def test_postgres_add_table_then_resnapshot(
-    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture, change_blocks: int
 ) -> None:
     caplog.set_level(logging.INFO)
     with psycopg.connect(pg_db, autocommit=True) as conn:
         for t in ("a", "b"):
             conn.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, 1000) g")
-    cfg_path = pg_support.write_config(tmp_path, pg_db, max_events=400)
+    cfg_path = pg_support.write_config(tmp_path, pg_db, max_events=400, change_blocks=change_blocks)
     with Writer(pg_db, 300) as w:
         _run(cfg_path, spark, ["public.a"])
         w.thread.join()

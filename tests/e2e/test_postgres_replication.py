@@ -60,11 +60,14 @@ def assert_tables_equal(cfg_path: Path, dsn: str, *, duckdb: bool = True) -> dic
     return counts
 
 
-def test_snapshot_then_stream_equals_source(tmp_path: Path, pg_versioned_db: str, spark: Any) -> None:
+@pytest.mark.parametrize("change_blocks", [0, 4])  # 4: runs of inserts as block events
+def test_snapshot_then_stream_equals_source(
+    tmp_path: Path, pg_versioned_db: str, spark: Any, change_blocks: int
+) -> None:
     load_schema(pg_versioned_db)
     wl = Workload(pg_versioned_db, seed=3)
     wl.seed_data(customers=200, products=50, orders=300)
-    cfg_path = write_config(tmp_path, pg_versioned_db, max_events=2000)
+    cfg_path = write_config(tmp_path, pg_versioned_db, max_events=2000, change_blocks=change_blocks)
     first = Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
     assert first.events_seen > 0
     stats = wl.run(transactions=1500 if LONG else 300)

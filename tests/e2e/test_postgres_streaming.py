@@ -59,9 +59,12 @@ def _streamed_workload(dsn: str) -> None:
         big.commit()
 
 
-def test_streamed_transactions_equal_the_source(tmp_path: Path, pg_db: str, spark: Any, capsys: Any) -> None:
+@pytest.mark.parametrize("change_blocks", [0, 8])  # 8: the replays' runs as block events
+def test_streamed_transactions_equal_the_source(
+    tmp_path: Path, pg_db: str, spark: Any, capsys: Any, change_blocks: int
+) -> None:
     _seed(pg_db)
-    cfg_path = write_config(tmp_path, pg_db + SMALL_WORK_MEM, max_events=1000)
+    cfg_path = write_config(tmp_path, pg_db + SMALL_WORK_MEM, max_events=1000, change_blocks=change_blocks)
     assert not Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True).stopped
     _streamed_workload(pg_db)
     engine = Replicator(load(cfg_path), engine="spark", spark=spark)

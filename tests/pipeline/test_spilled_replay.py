@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicator.checkpoint import Checkpoints, plan_batch
+import pyarrow as pa
+
+from replicator.checkpoint import Checkpoint, Checkpoints, plan_batch
+from replicator.commit.rules import SpilledRange, spill_needed
+from replicator.errors import TerminalError
+from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.pipeline.apply import BatchCommit, TableTotals, apply_batch
@@ -70,4 +75,21 @@ def test_a_covered_spilled_transaction_is_not_applied_again(tmp_path: Path) -> N
     again = apply_batch(env, {"public.t": events[30:]}, commit, lambda _t: totals, spilled)
     assert again.checkpoints == first.checkpoints
     assert len(table.table.refresh().metadata.snapshots) == 1  # nothing committed twice
+    engine.chunk_store.discard()
+
+
+def test_a_spilled_range_starts_at_the_first_row_of_a_block_event(tmp_path: Path) -> None:
+    """A run of inserts carried as ONE block event (position: its last row) that opens a
+    spilled transaction: the range starts at its first row, so a checkpoint inside it is
+    refused (``spill_needed``) instead of applying part of the transaction twice."""
+    engine = Replicator(config(tmp_path), engine="local")
+    block = RowBlock(pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array(["x"] * 10, pa.large_string())}))
+    ev = BlockEvent("public.t", SCHEMA, block, 0, 10, "postgres", (500,), 0, Op.CREATE, None, "9", False)
+    spiller = Spiller(engine.env, engine.chunk_store)
+    spiller({"public.t": [ev]})
+    spilled = spiller.take()["public.t"]
+    assert spilled.first == SourcePosition("postgres", (500, 0))
+    assert spilled.last == SourcePosition("postgres", (500, 9))
+    inside = Checkpoint(position=SourcePosition("postgres", (500, 4)), writer_id="other")
+    assert isinstance(spill_needed("public.t", inside, SpilledRange(spilled.first, spilled.last)), TerminalError)
     engine.chunk_store.discard()

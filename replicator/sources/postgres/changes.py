@@ -17,11 +17,14 @@ from typing import Any
 import orjson
 
 from replicator.errors import BadInputError, TerminalError
+from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
+from replicator.sources.postgres.change_block import change_block
 from replicator.sources.postgres.pgoutput import (
+    _U32,
     PG_EPOCH_US,
     UNCHANGED_TOAST,
     Begin,
@@ -33,6 +36,7 @@ from replicator.sources.postgres.pgoutput import (
     Truncate,
     TupleData,
     Update,
+    decode,
 )
 from replicator.sources.postgres.position import PgPosition
 from replicator.sources.postgres.setup import TableInfo
@@ -48,6 +52,10 @@ Pending = tuple[
 
 
 make_event = event_maker("postgres")
+_INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")  # pgoutput type bytes
+# Rows of one block at most: a streamed transaction replays whole in one poll, and a block's
+# rows are decoded (and held) at once.
+RUN_MAX_ROWS = 8192
 
 
 @dataclass
@@ -95,6 +103,34 @@ def key_for(
     return flagged or tuple(names)
 
 
+class ChangeRun:
+    """Consecutive plain inserts, or updates that keep their key, of one table in one
+    transaction, kept undecoded (``ChangeAssembler.change_raw``); once decoded, held back
+    like a change (``_pending``)."""
+
+    __slots__ = ("kind", "rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
+
+    def __init__(self) -> None:
+        self.kind = 0  # the messages' type byte
+        self.rel: RelState | None = None
+        self.msgs: list[bytes] = []
+        self.block: RowBlock | None = None
+        self.first = self.lsn = self.ts_ms = 0
+        self.xid = ""
+
+    @property
+    def last_parts(self) -> Parts:
+        return (self.lsn, self.first + len(self.msgs) - 1)
+
+    def event(self, last_in_tx: bool) -> BlockEvent:
+        assert self.rel is not None and self.block is not None
+        return BlockEvent(
+            self.rel.table, self.rel.schema, self.block, 0, len(self.msgs), "postgres",
+            (self.lsn,), self.first, Op.CREATE if self.kind == _INSERT else Op.UPDATE, self.ts_ms,
+            self.xid, last_in_tx,
+        )  # fmt: skip
+
+
 @dataclass
 class _Tx:
     lsn: int
@@ -140,7 +176,11 @@ class ChangeAssembler:
         self.tx_ends: dict[int, tuple[int, int]] = {}  # commit lsn -> (last index out, end)
         self._rels: dict[int, RelState] = {}
         self._tx: _Tx | None = None
-        self._pending: Pending | None = None
+        self._pending: Pending | ChangeRun | None = None
+        # Runs of at least this many plain inserts of one table in one transaction are
+        # decoded column-wise into one block event ('c'); 0: every change row by row.
+        self.change_blocks = 0
+        self._run = ChangeRun()
 
     @property
     def idle(self) -> bool:
@@ -156,8 +196,88 @@ class ChangeAssembler:
         self._rels.clear()
         self._tx = None
         self._pending = None
+        self._run = ChangeRun()
+
+    def change_raw(self, data: bytes) -> Iterator[ChangeEvent]:
+        """An Insert or Update message, undecoded: kept for its relation's run of such
+        changes when ``_keepable``, else decoded and handled like any message."""
+        rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
+        if rel is not None and self._keepable(data, rel):
+            run = self._run
+            if run.msgs and (run.rel is not rel or run.kind != data[0] or len(run.msgs) >= RUN_MAX_ROWS):
+                yield from self._flush()
+                run = self._run
+            run.rel, run.kind = rel, data[0]
+            run.msgs.append(data)
+            return
+        yield from self.handle(decode(data), len(data))
+
+    def flush_run(self) -> Iterator[ChangeEvent]:
+        """The kept run now, as a block (held back like any change) or row by row."""
+        if self._run.msgs:
+            yield from self._flush()
+
+    def keep_raw(self, data: bytes) -> bool:
+        """``change_raw`` for a message that only extends the run (True: kept), without a
+        generator: the common case of a long run. False: nothing done, use ``change_raw``."""
+        run = self._run
+        if not run.msgs or run.kind != data[0] or len(data) < 6 or len(run.msgs) >= RUN_MAX_ROWS:
+            return False
+        rel = run.rel
+        if self._rels.get(_U32.unpack_from(data, 1)[0]) is not rel or not self._keepable(data, rel):
+            return False
+        run.msgs.append(data)
+        return True
+
+    def _keepable(self, data: bytes, rel: RelState | None) -> bool:
+        """Whether the per-row path would hand this change out as a plain 'c' or 'u' with
+        nothing else to decide: a selected table, a position not yet handed out or
+        committed, a message too small for the row cache, an update without an old tuple
+        (its key is unchanged). Unchanged-TOAST markers make the run go row by row."""
+        tx, kind = self._tx, data[0]
+        if tx is None or rel is None or not rel.selected or len(data) >= ROW_CACHE_MIN_CHARS:
+            return False
+        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)):
+            return False
+        parts = (tx.lsn, tx.index + len(self._run.msgs))  # = its index once the run is out
+        committed = self.committed.get(rel.table)
+        return not (parts <= self.last_out or (committed is not None and parts <= committed))
+
+    def _flush(self) -> Iterator[ChangeEvent]:
+        """The kept run: one block event when it is long enough and decodes column-wise,
+        else its messages row by row (which then decide every row as before)."""
+        run, tx = self._run, self._tx
+        self._run = ChangeRun()
+        assert run.rel is not None and tx is not None
+        block = None
+        if len(run.msgs) >= self.change_blocks and run.rel.schema is not None:
+            engine_types = [c.type for c in run.rel.schema.columns]
+            block = change_block(run.msgs, run.rel.rows, engine_types)
+        if block is None:
+            for data in run.msgs:
+                yield from self.handle(decode(data), len(data))
+            return
+        run.block, run.first, run.lsn, run.ts_ms, run.xid = RowBlock(block), tx.index, tx.lsn, tx.ts_ms, tx.xid
+        tx.index += len(run.msgs)
+        prev, self._pending = self._pending, run
+        if prev is not None:
+            yield self._out(prev, False)
+
+    def _out(self, item: Pending | ChangeRun, last: bool) -> ChangeEvent:
+        """The event of a held-back change, now that it is known whether it ends its
+        transaction."""
+        if type(item) is tuple:
+            self.last_out = item[4]
+            self.stats.changes += 1
+            return make_event(*item, last)
+        assert isinstance(item, ChangeRun)
+        self.last_out = item.last_parts
+        self.stats.changes += len(item.msgs)
+        return item.event(last)
 
     def handle(self, msg: PgOutputMessage, msg_len: int) -> Iterator[ChangeEvent]:
+        if self._run.msgs:
+            yield from self._flush()
         t = type(msg)
         if t is Insert or t is Update or t is Delete:
             tx = self._tx
@@ -169,9 +289,7 @@ class ChangeAssembler:
             if item is not None:
                 prev, self._pending = self._pending, item
                 if prev is not None:
-                    self.last_out = prev[4]
-                    self.stats.changes += 1
-                    yield make_event(*prev, False)
+                    yield self._out(prev, False)
         elif t is Begin:
             assert isinstance(msg, Begin)
             self._tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
@@ -179,10 +297,9 @@ class ChangeAssembler:
             assert isinstance(msg, Commit)
             prev, self._pending, self._tx = self._pending, None, None
             if prev is not None:
-                self.tx_ends[msg.commit_lsn] = (prev[4][1], msg.end_lsn)
-                self.last_out = prev[4]
-                self.stats.changes += 1
-                yield make_event(*prev, True)
+                ev = self._out(prev, True)
+                self.tx_ends[msg.commit_lsn] = (self.last_out[1], msg.end_lsn)
+                yield ev
         elif t is Relation:
             assert isinstance(msg, Relation)
             self._rels[msg.relid] = self._relation(msg)
@@ -376,9 +493,7 @@ class ChangeAssembler:
             item: Pending = (rel.table, Op.TRUNCATE, None, None, parts, rel.schema, tx.ts_ms, tx.xid)
             prev, self._pending = self._pending, item
             if prev is not None:
-                self.last_out = prev[4]
-                self.stats.changes += 1
-                yield make_event(*prev, False)
+                yield self._out(prev, False)
 
     def dead_letter(
         self, rel: RelState, values: Any, parts: Parts, exc: ValueConversionError

@@ -40,42 +40,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from replicator.events.types import arrow_type
+from replicator.sources.postgres.change_block import direct_type
 from replicator.sources.postgres.changes import RelState
-from replicator.sources.postgres.types import (
-    Converter,
-    to_bool,
-    to_date,
-    to_exact_decimal,
-    to_timestamp,
-    to_timestamptz,
-)
+from replicator.sources.postgres.types import Converter
 
-_VECTOR: dict[Any, str] = {
-    # converter -> engine types it may be parsed for directly
-    int: "int long",
-    float: "float double",
-    to_bool: "boolean",
-    to_exact_decimal: "decimal",
-    to_date: "date",
-    to_timestamp: "timestamp",
-    to_timestamptz: "timestamptz",
-}
 KEY_TEXT_PREFIX = "__rep_keytext__"  # the key columns again, as text (resume boundaries)
 OTHER_COLUMN_CHARS = 20  # size estimate per non-text column (see ``row_sizes``)
-
-
-def _direct(conv: Converter | None, engine: str) -> pa.DataType | None:
-    """The Arrow type pyarrow parses this column into, or None: read as text."""
-    if conv is None:
-        return pa.large_string()
-    kinds = _VECTOR.get(conv)
-    if kinds is None:
-        return None
-    if engine.startswith("decimal(") and "decimal" in kinds.split():
-        return arrow_type(engine)
-    if engine not in kinds.split():
-        return None
-    return pa.float64() if engine == "float" else arrow_type(engine)
 
 
 @dataclass(frozen=True)
@@ -94,7 +64,7 @@ class CopyLayout:
     def _options(self, typed: bool) -> pacsv.ConvertOptions:
         types: dict[str, pa.DataType] = {}
         for name, engine, conv in zip(self.names, self.engine_types, self.converters, strict=True):
-            direct = _direct(conv, engine) if typed else None
+            direct = direct_type(conv, engine) if typed else None
             types[name] = direct if direct is not None else pa.large_string()
         for k in self.key_columns:
             types[KEY_TEXT_PREFIX + k] = pa.large_string()

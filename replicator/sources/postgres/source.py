@@ -48,6 +48,7 @@ import psycopg
 
 from replicator.checkpoint import Checkpoints
 from replicator.errors import SourceSetupError, TerminalError, TransientError
+from replicator.events.block import BlockEvent
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.sources.base import LogPosition, RetainedLog
@@ -104,6 +105,7 @@ from replicator.sources.postgres.types import (
 )
 
 log = logging.getLogger(__name__)
+ROW_KINDS = frozenset(b"IU")  # pgoutput Insert and Update messages' type bytes
 
 __all__ = ["PostgresSource", "SourceStats"]
 
@@ -133,9 +135,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         primary_dsn: str | None = None,
         streaming: StreamingMode = "auto",
         keyless_tables: Sequence[str] = (),
+        change_blocks: int = 0,
     ) -> None:
         super().__init__(dead_letters)
-        self.dsn = dsn
+        self.change_blocks, self.dsn = change_blocks, dsn  # ChangeAssembler.change_blocks
         self.slot = slot
         self.publication = publication
         self.tables_config = list(tables) if tables is not None else None
@@ -226,6 +229,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             tables=self._tables, mapper=mapper, committed=committed, toast=self._toast,
             stats=self.stats, dead_letters=self.dead_letters, fetch_current=self._fetch_current,
         )  # fmt: skip
+        self._asm.change_blocks = self.change_blocks
         slot = setup.slot_info(conn, self.slot)
         if slot is not None:
             setup.check_slot(slot, conn.info.dbname)
@@ -273,6 +277,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             return
         where = self.state_dir / "streamed" / f"postgres-{self.slot}" if self.state_dir else None
         self._streamed = StreamedTransactions(where)
+        self._streamed.raw_rows = self.change_blocks > 0
         log.info(
             "streaming of in-progress transactions: on (pgoutput protocol 2; large transactions "
             "kept under %s until their commit)", self._streamed.directory,
@@ -401,18 +406,24 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
 
     def _poll_stream(self) -> Iterator[ChangeEvent]:
         # An incremental snapshot with chunks left never polls empty (that would read as
-        # idle): a chunk whose rows the stream all replaced goes on to the next one.
+        # idle): a chunk whose rows the stream all replaced goes on to the next one. Nor, once,
+        # a poll that read only a run of changes (a block held back until the next change).
+        again = 1
         while True:
-            got = False
+            got, self._capped = False, False
             for ev in self._poll_stream_once():
                 got = True
                 yield ev
-            if got or self._stream is None or self._incr is None or not self._incr.busy:
+            busy = self._incr is not None and self._incr.busy
+            if got or self._stream is None or not (busy or (self._capped and again)):
                 return
+            again = 0
 
     def _poll_stream_once(self) -> Iterator[ChangeEvent]:
         with PollSpent.reporting(self.source_observer) as spent:
             yield from self._read_stream(spent)
+            if self._asm is not None:  # a run kept so far goes out with the poll's end
+                yield from self._asm.flush_run()
 
     def _read_stream(self, spent: PollSpent | None) -> Iterator[ChangeEvent]:
         asm = self._asm
@@ -425,6 +436,8 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 self._discover()
                 incr.next_chunk()
         n = 0
+        # Runs of changes as blocks, unless a chunk window (opened only above) watches the rows.
+        blocks = asm.change_blocks > 0 and (incr is None or incr.window is None)
         started = False
         while n < self.poll_max_messages:
             # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
@@ -458,20 +471,35 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 for msg, size in streamed.feed(data):
                     yield from self._handle(msg, size)
                 continue
+            if blocks and data[0] in ROW_KINDS:  # kept for a block (changes.py)
+                raw = data if type(data) is bytes else bytes(data)
+                if not asm.keep_raw(raw):
+                    yield from asm.change_raw(raw)
+                continue
             msg = decode(data) if spent is None else spent.timed_decode(decode, data)
             if incr is None:  # the common case inline: no generator per message
                 yield from asm.handle(msg, len(data))
                 continue
             yield from self._handle(msg, len(data))
+        self._capped = blocks  # more may be waiting
 
-    def _handle(self, msg: PgOutputMessage, size: int) -> Iterator[ChangeEvent]:
+    def _handle(self, msg: PgOutputMessage | bytes, size: int) -> Iterator[ChangeEvent]:
+        """One message (a streamed transaction's Insert or Update may come undecoded)."""
         asm, incr = self._asm, self._incr
         assert asm is not None
+        if type(msg) is bytes:
+            if incr is None or incr.window is None:  # no chunk window watches rows
+                if not asm.keep_raw(msg):
+                    yield from asm.change_raw(msg)
+                return
+            msg = decode(msg)
+        assert not isinstance(msg, bytes)
         if incr is None:
             yield from asm.handle(msg, size)
             return
         for ev in asm.handle(msg, size):
-            incr.on_event(ev)
+            for one in ev.events() if type(ev) is BlockEvent else (ev,):  # it watches rows
+                incr.on_event(one)
             yield ev
         for ev in incr.observe(msg):  # a HIGH watermark: the chunk's rows
             asm.last_out = PgPosition.of(ev.position)

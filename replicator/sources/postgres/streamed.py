@@ -87,7 +87,9 @@ class StreamedStats:
     bytes_spooled: int = 0
 
 
-Replayed = Iterator[tuple[PgOutputMessage, int]]  # (message, its size as v1 sends it)
+# (message, its size as v1 sends it); with ``raw_rows``, Insert and Update messages as bytes
+Replayed = Iterator[tuple[PgOutputMessage | bytes, int]]
+_ROW_KINDS = frozenset(b"IU")
 
 
 class StreamedTransactions:
@@ -95,6 +97,9 @@ class StreamedTransactions:
     while a block is open and every stream frame message (``STREAM_KINDS``)."""
 
     def __init__(self, directory: Path | None) -> None:
+        # Replay Insert and Update messages undecoded (the source keeps runs of them for
+        # block events: changes.ChangeAssembler.change_raw).
+        self.raw_rows = False
         self._temporary = directory is None  # no state directory: a private temporary one
         self.directory = (
             Path(tempfile.mkdtemp(prefix="replicator-streamed-"))
@@ -220,10 +225,10 @@ class StreamedTransactions:
         self.stats.committed += 1
         log.debug("replaying streamed transaction %d: %d messages, %d bytes",
                   msg.xid, spool.messages, spool.size)  # fmt: skip
-        return self._messages(msg, spool)
+        return self._messages(msg, spool, self.raw_rows)
 
     @staticmethod
-    def _messages(msg: StreamCommit, spool: _Spool) -> Replayed:
+    def _messages(msg: StreamCommit, spool: _Spool, raw_rows: bool) -> Replayed:
         yield Begin(msg.commit_lsn, msg.commit_ts, msg.xid), 0
         try:
             with spool.path.open("rb", buffering=_BUFFER) as f:
@@ -236,7 +241,7 @@ class StreamedTransactions:
                             f"spool file {spool.path} of transaction {msg.xid} is cut short"
                         )
                     if xid not in aborted:
-                        yield decode(data), n
+                        yield (data if raw_rows and data[0] in _ROW_KINDS else decode(data)), n
         finally:
             spool.path.unlink(missing_ok=True)
         yield Commit(msg.flags, msg.commit_lsn, msg.end_lsn, msg.commit_ts), 0

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from replicator.checkpoint import Checkpoints
+from replicator.events.block import row_events
 from replicator.events.model import ChangeEvent
 from sample_dbs.postgres.server import PrivatePostgres
 
@@ -164,3 +165,27 @@ def test_streaming_off_gives_the_same_events(
     events = kit.drain(src, _marker(sql, 1))
     _check_transactions(events)
     assert len([e for e in events if e.table == "public.t"]) == ROWS
+
+
+def test_a_streamed_transaction_replays_its_runs_as_block_events(
+    sql: Sql, make_source: Make, pg_dsn: str, tmp_path: Path, tables: None
+) -> None:
+    """``source.change_blocks``: the replayed Inserts and Updates come undecoded and their
+    runs become block events, row for row the events the per-row path gives."""
+    rows = _source(make_source, pg_dsn, tmp_path / "rows", slot="rows")
+    blocks = _source(make_source, pg_dsn, tmp_path / "blocks", slot="blocks", change_blocks=8)
+    with psycopg.connect(pg_dsn) as big:
+        big.execute(f"INSERT INTO t SELECT g, 'big' || g FROM generate_series(1, {ROWS}) g")
+        big.execute(f"UPDATE t SET v = 'late' WHERE id > {ROWS - 10}")
+        big.execute("DELETE FROM t WHERE id = 5")
+    want = kit.drain(rows, _marker(sql, 1))
+    got = kit.drain(blocks, lambda evs: any(e.table == "public.marker" for e in evs))
+    assert blocks.streamed_stats.committed == 1
+    assert [(type(e).__name__, e.op.value) for e in got if e.table == "public.t"] == [
+        ("BlockEvent", "c"), ("BlockEvent", "u"), ("ChangeEvent", "d")]
+    assert [_fields(e) for e in row_events(got)] == [_fields(e) for e in want]
+    _check_transactions(row_events(got))
+
+
+def _fields(e: ChangeEvent) -> tuple[Any, ...]:
+    return (e.table, e.op, e.before, dict(e.after or {}), e.position, e.tx_id, e.last_in_tx, e.ts_ms)

@@ -1,0 +1,117 @@
+"""Runs of inserts as block events (``ChangeAssembler.change_raw``), without a server: any
+stream gives, row for row, the events, dead letters, positions and transaction ends the
+row-by-row path gives (bad values, skipped positions, rows big enough for the row cache,
+relation changes, other tables and truncates in between)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pg_testkit as kit
+import pytest
+
+from replicator.events.block import BlockEvent, row_events
+from replicator.events.deadletter import DeadLetterSink
+from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
+from replicator.sources.postgres.pgoutput import decode
+from replicator.sources.postgres.position import PgPosition
+from replicator.sources.postgres.setup import TableInfo
+from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache
+from replicator.sources.postgres.types import TypeMapper
+
+COLS = [(1, "id", 20, -1), (0, "n", 23, -1), (0, "ts", 1184, -1), (0, "s", 25, -1),
+        (0, "c", 1700, (12 << 16 | 2) + 4), (0, "f", 701, -1), (0, "b", 16, -1), (0, "j", 17, -1)]  # fmt: skip
+WIDER = [*COLS, (0, "extra", 1082, -1)]
+TABLES = {f"public.t{i}": TableInfo(16400 + i, "public", f"t{i}", "d", ("id",)) for i in range(2)}
+
+
+class _Sink(DeadLetterSink):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.got: list[Any] = []
+
+    def put(self, dl: Any) -> None:  # type: ignore[override]
+        self.got.append((dl.table, dl.key, dl.position, dl.raw))
+
+
+def _row(rng: random.Random, key: int, wide: bool) -> list[Any]:
+    bad = rng.random() < 0.03
+    row: list[Any] = [
+        str(key), "x" if bad else (None if rng.random() < 0.1 else str(rng.randint(-(2**31), 2**31 - 1))),
+        rng.choice(["2024-03-04 05:06:07.123456+00", "1999-12-31 23:59:59+00", None]),
+        rng.choice(["", "a,b", 'q"uo\nte', "ünï", None, "s" * (ROW_CACHE_MIN_CHARS if rng.random() < 0.05 else 3)]),
+        rng.choice(["1.50", "-0.01", "NaN" if rng.random() < 0.2 else "3.00", None]),
+        rng.choice(["1.5", "-Infinity", "1e-07", "123456789.123", None]),
+        rng.choice(["t", "f", None]), rng.choice(["\\x00ff", "\\x", None]),
+    ]  # fmt: skip
+    if wide:
+        row.append(rng.choice(["2024-01-01", None]))
+    return row
+
+
+def _stream(seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    msgs = [kit.relation(16400 + i, "public", f"t{i}", COLS) for i in range(3)]  # t2: not selected
+    wide = {16400: False, 16401: False, 16402: False}
+    lsn = 0x1000
+    for tx in range(25):
+        msgs.append(kit.begin(lsn, tx, 100 + tx))
+        for _ in range(rng.choice([1, 3, 20, 60])):
+            rel, key, r = 16400 + rng.choice([0, 0, 0, 1, 2]), rng.randrange(200), rng.random()
+            if r < 0.6:
+                msgs.extend(kit.insert(rel, _row(rng, key, wide[rel])) for _ in range(rng.choice([1, 5, 30])))
+            elif r < 0.8:
+                msgs.append(kit.update(rel, _row(rng, key, wide[rel])))
+            elif r < 0.9:
+                msgs.append(kit.delete(rel, [str(key)] + [None] * (len(COLS) - 1 + wide[rel])))
+            elif r < 0.95:
+                msgs.append(kit.truncate([rel]))
+            else:
+                wide[rel] = not wide[rel]
+                i = rel - 16400
+                msgs.append(kit.relation(rel, "public", f"t{i}", WIDER if wide[rel] else COLS))
+        msgs.append(kit.commit(lsn, lsn + 8, tx))
+        lsn += 0x100
+    return msgs
+
+
+def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tuple[Any, ...]:
+    sink, stats = _Sink(), SourceStats()
+    asm = ChangeAssembler(
+        tables=TABLES, mapper=TypeMapper(None), committed=committed, toast=RowCache(1 << 20),
+        stats=stats, dead_letters=sink, fetch_current=lambda *a: None,
+    )  # fmt: skip
+    asm.change_blocks = blocks
+    out = []
+    for m in msgs:
+        if blocks and m[0] == ord("I"):
+            if not asm.keep_raw(m):
+                out.extend(asm.change_raw(m))
+        else:
+            out.extend(asm.handle(decode(m), len(m)))
+    return out, sink.got, stats, asm.tx_ends, asm.last_out
+
+
+def _plain(ev: Any) -> tuple[Any, ...]:
+    """An event with its images as (value, type) pairs (1 == 1.0 == True otherwise)."""
+    def img(m: Any) -> Any:
+        return None if m is None else sorted((k, repr(v), type(v).__name__) for k, v in m.items())
+
+    return (ev.table, ev.op, img(ev.before), img(ev.after), ev.position, ev.schema_, ev.ts_ms,
+            ev.tx_id, ev.last_in_tx, ev.error)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("blocks", [1, 4])
+def test_blocks_give_the_row_by_row_events(seed: int, blocks: int) -> None:
+    msgs = _stream(seed)
+    committed = {"public.t1": PgPosition(0x1000 + 0x100 * 5, 10)} if seed % 2 else {}
+    rows, rows_dead, rows_stats, rows_ends, rows_last = _run(msgs, 0, committed)
+    got, dead, stats, ends, last = _run(msgs, blocks, committed)
+    assert any(type(ev) is BlockEvent for ev in got)
+    assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
+    assert dead == rows_dead and ends == rows_ends and last == rows_last
+    assert (stats.changes, stats.skipped, stats.dead_letters) == (
+        rows_stats.changes, rows_stats.skipped, rows_stats.dead_letters,
+    )  # fmt: skip
