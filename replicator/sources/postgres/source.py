@@ -17,20 +17,18 @@ Restart rules (``start(checkpoints)``):
   position at or below the last one handed out (after a reconnect the server resends from
   the slot's confirmed position).
 
-Streaming (``streaming``, PostgreSQL 14+): a transaction the server streams while it runs is
-kept aside until its commit and then handed out whole, like any other (``streamed.py``).
+Streaming (``streaming``, PostgreSQL 14+): a transaction the server streams while it runs is kept
+aside until its commit and then handed out whole, like any other (``streamed.py``).
 
-Acknowledgements: ``acknowledge(pos)`` of a streamed position reports the transaction's end
-(or its commit LSN, when only part of it is durable) as flushed, which moves the slot's
+Acknowledgements: ``acknowledge(pos)`` of a streamed position reports the transaction's end (or its
+commit LSN, when only part of it is durable) as flushed, which moves the slot's
 ``confirmed_flush_lsn``; a snapshot position only advances the snapshot state file.
 
-Fencing: a session advisory lock per slot, held for the source's lifetime, refuses a second
-engine at ``start()`` (``FencedError``); the server refuses a second streaming reader of an
-active slot; ``fencing_token`` (the cluster's 64-bit xid at lock time, ever increasing) lets
-the pipeline stamp commits so a zombie writer with a smaller token can be rejected.
-
-A standby (PostgreSQL 16+, in recovery at ``start()``) is read the same way; what differs
-(publication, fencing token, slot creation, no incremental snapshots) is in ``standby.py``.
+Fencing: a session advisory lock per slot, held for the source's lifetime, refuses a second engine
+at ``start()`` (``FencedError``); the server refuses a second streaming reader of an active slot;
+``fencing_token`` (the cluster's 64-bit xid at lock time, ever increasing) lets the pipeline stamp
+commits so a zombie writer with a smaller token can be rejected. A standby (PostgreSQL 16+, in
+recovery at ``start()``) is read the same way; what differs is in ``standby.py``.
 """
 
 from __future__ import annotations
@@ -57,11 +55,7 @@ from replicator.sources.common.lifecycle import DatabaseSource
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.observe import PollSpent
 from replicator.sources.postgres import setup, standby
-from replicator.sources.postgres.changes import (
-    ChangeAssembler,
-    RelState,
-    SourceStats,
-)
+from replicator.sources.postgres.changes import ChangeAssembler, RelState, SourceStats
 from replicator.sources.postgres.incremental import (
     PgIncremental,
     discover_tables,
