@@ -252,6 +252,10 @@ class BatchConfig(_Strict):
     # max(apply time, linger) + apply time) without a commit per poll. Lower for less lag,
     # at the price of more commits (snapshots, small files for maintenance to merge).
     linger_seconds: Annotated[float, Field(ge=0)] = 1.0
+    # Once this many changes are held, the pending batch's complete transactions are staged
+    # to chunk files and released (the batch still commits at the limits above): the driver's
+    # memory stays flat in batch size. At or above max_events: a batch is staged when it closes.
+    stage_every_events: Annotated[int, Field(gt=0)] = 20_000
 
 
 class SparkConfig(_Strict):
