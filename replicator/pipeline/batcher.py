@@ -21,9 +21,9 @@ fragmenting new ones, so the driver's peak does not creep up chunk after chunk (
 Staged as it fills (``stage_every``, config ``batch.stage_every_events``): once the events in
 memory reach it at a transaction boundary, the complete transactions pending are handed to
 ``spill`` too and released, so the driver holds about that many events whatever
-``max_events`` is (issue 27: memory flat in batch size). The batch still closes at the limits, as one commit per table;
-its chunks end at a transaction boundary, so a close inside a later transaction keeps them
-whole. This is off while the run loop says so (``may_stage``: an initial snapshot is being
+``max_events`` is (issue 27: memory flat in batch size). The batch still closes at the
+limits, as one commit per table; its chunks end at a transaction boundary, so a close inside
+a later transaction keeps them whole. This is off while the run loop says so (``may_stage``: an initial snapshot is being
 copied, whose rows the consistent-cut rule reads from the batch) and for a source whose
 events need filling from earlier images (Debezium's unavailable values).
 """
