@@ -296,9 +296,10 @@ class Replicator:
         """Run until done; True when it ended because the source was idle (--until-idle)."""
         # Chunks a killed run left behind: their transaction is read again from the source.
         self.chunk_store.clear()
-        # Complete transactions staged as the batch fills, so the driver holds about
-        # batch.stage_every_events whatever the batch size (not while a snapshot is copied;
-        # not for a source whose events are filled from earlier ones: pipeline.batcher).
+        # With batch.stage_every_events, complete transactions are staged as the batch fills,
+        # so the driver holds about that many events whatever the batch size (not while a
+        # snapshot is copied; not for a source whose events are filled from earlier ones:
+        # pipeline.batcher).
         batch = self.cfg.batch
         batcher = self.batcher = Batcher(
             batch, spill=self.spiller, stage_every=None if self.env.row_fill else batch.stage_every_events,
