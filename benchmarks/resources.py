@@ -147,7 +147,9 @@ def resource_targets(r: dict[str, Any], e: dict[str, Any], verdict: dict[str, An
             lines.append(
                 f"* **Driver peak RSS at the largest batch within {RSS_FLAT_TOLERANCE:.0%} of the "
                 f"smallest: {state}** - {x:.3f}x; driver VmHWM (growth in the phase) at {pts}. "
-                f"The key map costs about {KEY_MAP_BYTES_PER_KEY} B per key.")
+                f"The key map costs about {KEY_MAP_BYTES_PER_KEY} B per key. Caveat: these "
+                "engines run in one process, which keeps the memory an earlier phase filled, so a "
+                "later phase's growth can hide under it; one engine per process: results/memflat.md.")
     if e.get("events_per_cpu_second"):
         verdict["events_per_cpu_second"] = e["events_per_cpu_second"]
         anchors = ", ".join(f"{n} ~{fmt(v)}" for n, v in CPU_ANCHORS)
