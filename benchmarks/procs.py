@@ -1,6 +1,12 @@
 """Peak memory of every process taking part: this process, the Spark driver JVM (a child),
 Spark's Python workers (children of the JVM) and the database servers.
 
+CPU time (user + system) per process comes from ``/proc/<pid>/stat``, read by the same
+sampler: a process's share of a phase is its last reading minus its reading at the phase's
+start (0 for a process born during the phase). A process that exits within a phase loses at
+most one interval of its CPU (reaped children's time is not added: it would count them
+twice). The sampler's own thread is taken out of the driver's share.
+
 Peaks come from ``/proc/<pid>/status`` ``VmHWM`` (the kernel's resident high-water mark),
 reset at the start of each phase by writing ``5`` to ``/proc/<pid>/clear_refs`` (Linux 4.0+;
 a process we may not reset keeps its lifetime peak, which the report then says). Processes
@@ -13,6 +19,7 @@ chart.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import os
 import threading
@@ -34,6 +41,18 @@ def _status(pid: int) -> dict[str, int]:
     except (OSError, ValueError, IndexError):
         pass
     return out
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (its own threads, not its children)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -83,6 +102,19 @@ def classify(pid: int, me: int) -> str:
     return "other"
 
 
+def release_free_memory() -> None:
+    """Hand this process's free heap back to the system before a phase's peak is reset:
+    glibc keeps freed blocks (and Arrow's pool its own) mapped, so without this a phase's
+    RSS starts at the high-water mark an earlier phase left, and a later, larger batch's
+    growth hides inside it (the sweep's engines run one after another in this process)."""
+    with contextlib.suppress(Exception):
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def reset_peak(pid: int) -> bool:
     try:
         Path(f"/proc/{pid}/clear_refs").write_text("5")
@@ -98,6 +130,7 @@ class MemoryReport:
     processes: dict[int, tuple[str, int]]  # pid -> (class, peak KiB)
     start_kib: dict[str, int] = field(default_factory=dict)  # class -> max VmRSS at the start
     timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # RSS by class
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # class -> user+sys seconds
 
 
 class MemorySampler:
@@ -113,6 +146,9 @@ class MemorySampler:
         self._peaks: dict[int, tuple[str, int]] = {}
         self._timeline: list[tuple[float, dict[str, int]]] = []
         self._start: dict[str, int] = {}
+        # pid -> (class, CPU seconds at the phase start or first sight, latest CPU seconds)
+        self._cpu: dict[int, tuple[str, float, float]] = {}
+        self._own_cpu = 0.0  # the sampler thread's CPU, taken out of the driver's
         self._t0 = 0.0
         self._lock = threading.Lock()
 
@@ -135,15 +171,22 @@ class MemorySampler:
             with self._lock:
                 prev = self._peaks.get(pid, (cls, 0))[1]
                 self._peaks[pid] = (cls, max(prev, st.get("VmHWM", 0)))
+                cpu = cpu_seconds(pid)
+                if cpu is not None:
+                    first = self._cpu.get(pid, (cls, 0.0, 0.0))[1]
+                    self._cpu[pid] = (cls, first, cpu)
             by_class[cls] = by_class.get(cls, 0) + st.get("VmRSS", 0)
         self._timeline.append((time.monotonic() - self._t0, by_class))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            t0 = time.thread_time()
             self._sample()
+            self._own_cpu += time.thread_time() - t0
 
     def start(self) -> MemorySampler:
         gc.collect()  # garbage of earlier phases is not this phase's memory
+        release_free_memory()
         self._start = {}
         for pid in self.pids():
             reset_peak(pid)
@@ -151,6 +194,12 @@ class MemorySampler:
             rss = _status(pid).get("VmRSS", 0)
             self._start[cls] = max(self._start.get(cls, 0), rss)
         self._peaks.clear()
+        self._cpu = {}
+        for pid in self.pids():  # processes alive now count from here, new ones from 0
+            cpu = cpu_seconds(pid)
+            if cpu is not None:
+                self._cpu[pid] = (classify(pid, self.me), cpu, cpu)
+        self._own_cpu = 0.0
         self._timeline = []
         self._t0 = time.monotonic()
         self._stop.clear()
@@ -170,8 +219,13 @@ class MemorySampler:
         for cls, kib in self._peaks.values():
             peaks[cls] = max(peaks.get(cls, 0), kib)
             sums[cls] = sums.get(cls, 0) + kib
+        cpu: dict[str, float] = {}
+        for cls, first, last in self._cpu.values():
+            cpu[cls] = cpu.get(cls, 0.0) + max(last - first, 0.0)
+        if "driver (Python)" in cpu:
+            cpu["driver (Python)"] = max(cpu["driver (Python)"] - self._own_cpu, 0.0)
         return MemoryReport(peaks, sums, dict(self._peaks), dict(self._start),
-                            list(self._timeline))  # fmt: skip
+                            list(self._timeline), cpu)  # fmt: skip
 
 
 def postmaster_pid(data_dir: Path) -> list[int]:

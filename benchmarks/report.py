@@ -11,35 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import partitioned, position_mode
-
-KEY_MAP_BYTES_PER_KEY = 116  # ops_mapping.KeyPositionMap, int keys (tracemalloc, this machine)
-SOURCE_NAMES = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}
-WORKLOAD_ORDER = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
-
-
-def _f(x: Any, digits: int = 0) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, int | float):
-        return f"{x:,.{digits}f}"
-    return str(x)
-
-
-def _pg(e: dict[str, Any], cls: str) -> str:
-    """Peak MiB (growth during the phase)."""
-    peak = e.get("memory_peaks_kib", {}).get(cls)
-    g = _growth(e, cls)
-    return _mib(peak) + (f" (+{_mib(g) if g else 0})" if g is not None else "")
-
-
-def _mib(kib: Any) -> str:
-    return "n/a" if kib is None else f"{kib / 1024:,.0f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
+from benchmarks.resources import (
+    SOURCE_NAMES,
+    WORKLOAD_ORDER,
+    cpu_lines,
+    memory_lines,
+    resource_targets,
+)
+from benchmarks.resources import fmt as _f
+from benchmarks.resources import table as _table
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -175,14 +155,6 @@ def _first_index(splits: dict[str, list[tuple[str, float]]], key: str) -> int:
     return 0
 
 
-def _growth(e: dict[str, Any], cls: str) -> int | None:
-    peak = e.get("memory_peaks_kib", {}).get(cls)
-    start = e.get("memory_start_kib", {}).get(cls)
-    if peak is None or start is None:
-        return None
-    return max(peak - start, 0)
-
-
 def _best_raw(r: dict[str, Any]) -> dict[str, Any] | None:
     raws = [x for x in r.get("raw", []) if x.get("rate")]
     return max(raws, key=lambda x: x["rate"]) if raws else None
@@ -244,33 +216,7 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         f"* **Engine >= {_f(MIXED_RATE_TARGET)} events/s (stretch {_f(MIXED_RATE_STRETCH)}): "
         f"{'MET' if ok else 'MISSED'}** - {_f(rate)} events/s."
     )
-    # Target 3: RSS vs batch size (growth within the phase: peak minus RSS at its start).
-    sweep = sorted([*[v for v in r.get("variants", []) if "max_events" in v and "scrapes" not in v],
-                    {**e, "label": "default"}],
-                   key=lambda v: v["events_per_batch"])  # fmt: skip
-    if len(sweep) >= 2:
-        lo, hi = sweep[0], sweep[-1]
-        d_events = hi["events_per_batch"] - lo["events_per_batch"]
-        slopes = {}
-        for cls in ("driver (Python)", "Spark JVM", "Spark Python workers"):
-            a, b = _growth(lo, cls), _growth(hi, cls)
-            if a is not None and b is not None and d_events > 0:
-                slopes[cls] = (b - a) * 1024 / d_events
-        verdict["rss_slopes_bytes_per_event"] = slopes
-        budget = 2 * KEY_MAP_BYTES_PER_KEY
-        over = {k: v for k, v in slopes.items() if v > budget}
-        state = "MET" if slopes and not over else "MISSED" if over else "NOT MEASURED"
-        desc = "; ".join(f"{k} {v:+,.0f} B" for k, v in slopes.items())
-        pts = ", ".join(
-            f"{_f(v['events_per_batch'])} events/batch: driver +{_mib(_growth(v, 'driver (Python)'))}"
-            f" MiB, workers +{_mib(_growth(v, 'Spark Python workers'))} MiB" for v in sweep)
-        lines.append(
-            f"* **Peak RSS not growing with batch size beyond the key map: "
-            f"{state}** - growth of each process's RSS during the "
-            f"phase (peak minus RSS at its start) at {pts}. Per additional event of batch: "
-            f"{desc}; the key map costs about {KEY_MAP_BYTES_PER_KEY} B per key (allowed here: "
-            f"{budget} B per event per process)."
-        )
+    lines += resource_targets(r, e, verdict)
     # Target 4: the metrics endpoint (on, scraped every second) costs < 2% throughput.
     for m in [v for v in r.get("variants", []) if "scrapes" in v]:
         cost = 1 - m["rate"] / rate if rate else 0.0
@@ -506,32 +452,8 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
                        "p99 s", "max s", "batches / events per batch", "load avg"], rows), ""]
         if "lag.png" in pngs:
             md += ["![lag](lag.png)", ""]
-    # Memory
-    md += ["## Peak memory (RSS high-water mark) per process", "",
-           "`VmHWM` of each process, reset at the start of each phase; MiB, with the growth "
-           "during the phase (peak minus RSS at its start) in brackets. *driver* is this "
-           "Python process (the engine's run loop, source reader, batcher, pyiceberg); the JVM "
-           "is Spark's driver (a child process); *workers* is the largest Spark Python worker "
-           "(the apply stage's mapper and file writer run there); Postgres/MariaDB are the sum "
-           "over the server's processes.", ""]  # fmt: skip
-    rows = []
-    for kind in ("postgres", "mariadb"):
-        for name in WORKLOAD_ORDER:
-            r = results.get(kind, {}).get(name)
-            if not r:
-                continue
-            for e in [x for x in (r["snapshot"], r["engine"]) if x] + r.get("variants", []):
-                sm = e["memory_sum_peaks_kib"]
-                phase = "snapshot" if e is r["snapshot"] else f"changes ({e['label']})"
-                rows.append([SOURCE_NAMES[kind], name, phase, _f(e["events_per_batch"]),
-                             _pg(e, "driver (Python)"), _pg(e, "Spark JVM"),
-                             _pg(e, "Spark Python workers"),
-                             _mib(sm.get("Postgres") or sm.get("MariaDB"))])  # fmt: skip
-    if rows:
-        md += [_table(["source", "workload", "phase", "events/batch", "driver", "Spark JVM",
-                       "workers (max)", "DB server (sum of peaks)"], rows), ""]  # fmt: skip
-    if "memory.png" in pngs:
-        md += ["![memory](memory.png)", ""]
+    md += memory_lines(results, pngs)
+    md += cpu_lines(results)
     # Read cost
     rc_rows = []
     for name in WORKLOAD_ORDER:

@@ -30,8 +30,9 @@ from benchmarks import baselines as B
 from benchmarks import partitioned as P
 from benchmarks import position_mode as DM
 from benchmarks import workloads as W
-from benchmarks.harness import EngineSession, Phase
+from benchmarks.harness import EngineSession
 from benchmarks.lagwriter import lag_workload
+from benchmarks.phase_result import phase_dict
 from benchmarks.procs import postmaster_pid
 from benchmarks.readcost import read_cost
 from replicator.config import (
@@ -128,43 +129,6 @@ def with_overrides(cfg: RunConfig, overrides: str | None) -> RunConfig:
 
 
 # -- results ----------------------------------------------------------------------------------
-
-
-def phase_dict(p: Phase, *, label: str = "") -> dict[str, Any]:
-    commits = p.commits
-    n = max(len(commits), 1)
-    mem = p.memory
-    return {
-        "label": label,
-        "events": p.events,
-        "seconds": p.seconds,
-        "rate": p.rate,
-        "batches": p.batches,
-        "table_batches": p.table_batches,
-        "events_per_batch": p.events / max(p.batches, 1),
-        "commits": len(commits),
-        "files": {
-            "data": sum(c.data_files for c in commits),
-            "position_deletes": sum(c.position_delete_files for c in commits),
-            "equality_deletes": sum(c.equality_delete_files for c in commits),
-            "per_commit": {
-                "data": sum(c.data_files for c in commits) / n,
-                "position_deletes": sum(c.position_delete_files for c in commits) / n,
-                "equality_deletes": sum(c.equality_delete_files for c in commits) / n,
-            },
-            "max_per_commit": max(
-                (c.data_files + c.position_delete_files + c.equality_delete_files for c in commits),
-                default=0,
-            ),
-        },
-        "parts": dict(p.parts),
-        "worker": dict(p.worker),
-        "memory_peaks_kib": dict(mem.peaks_kib) if mem else {},
-        "memory_sum_peaks_kib": dict(mem.sum_peaks_kib) if mem else {},
-        "memory_start_kib": dict(mem.start_kib) if mem else {},
-        "memory_timeline": [(t, dict(v)) for t, v in mem.timeline] if mem else [],
-        "loadavg": p.loadavg,
-    }
 
 
 @dataclass

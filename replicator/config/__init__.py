@@ -252,6 +252,12 @@ class BatchConfig(_Strict):
     # max(apply time, linger) + apply time) without a commit per poll. Lower for less lag,
     # at the price of more commits (snapshots, small files for maintenance to merge).
     linger_seconds: Annotated[float, Field(ge=0)] = 1.0
+    # Once this many changes are held, the pending batch's complete transactions are staged
+    # to chunk files and released (the batch still commits at the limits above), so the
+    # driver holds fewer events at large max_events. Off (None) by default: measured at 100k
+    # events per batch (benchmarks/results/memflat.md), 20,000 took ~40 MiB off the driver's
+    # peak but cost 15-30% throughput (the reader's read-ahead shrinks with it).
+    stage_every_events: Annotated[int, Field(gt=0)] | None = None
 
 
 class SparkConfig(_Strict):

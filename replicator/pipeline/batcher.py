@@ -17,6 +17,15 @@ After its first chunk, the open transaction is spilled every half batch
 allocator arenas (Python's, Arrow's), and smaller later chunks fit inside it instead of
 fragmenting new ones, so the driver's peak does not creep up chunk after chunk (measured:
 +0.4 MiB per 100k-change chunk late in a 5M-change transaction, issue 23).
+
+Staged as it fills (``stage_every``, config ``batch.stage_every_events``): once the events in
+memory reach it at a transaction boundary, the complete transactions pending are handed to
+``spill`` too and released, so the driver holds about that many events whatever
+``max_events`` is (issue 27: memory flat in batch size). The batch still closes at the
+limits, as one commit per table; its chunks end at a transaction boundary, so a close inside
+a later transaction keeps them whole. This is off while the run loop says so (``may_stage``: an initial snapshot is being
+copied, whose rows the consistent-cut rule reads from the batch) and for a source whose
+events need filling from earlier images (Debezium's unavailable values).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from replicator.config import BatchConfig
 from replicator.events.block import row_count
-from replicator.events.model import ChangeBatch, ChangeEvent, SourcePosition
+from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
 
 # Stage these events (one table -> its events, in order) out of memory; they stay part of
 # the pending batch.
@@ -47,11 +56,18 @@ def _approx_bytes(ev: ChangeEvent) -> int:
 
 class Batcher:
     def __init__(
-        self, limits: BatchConfig, clock: Callable[[], float] = time.monotonic, spill: Spill | None = None
-    ) -> None:
+        self, limits: BatchConfig, clock: Callable[[], float] = time.monotonic, spill: Spill | None = None,
+        *, stage_every: int | None = None, may_stage: Callable[[], bool] | None = None,
+    ) -> None:  # fmt: skip
         self.limits = limits
         self.clock = clock
         self.spill = spill  # None: a transaction larger than the limits stays in memory
+        # Stage complete transactions once this many events are held (None: never); only
+        # while ``may_stage()`` says so.
+        self.stage_every = stage_every if spill is not None else None
+        self.may_stage = may_stage
+        self.prestaged = 0  # events of complete transactions of the pending batch handed to ``spill``
+        self._prestaged_bytes = 0
         self._events: dict[str, list[ChangeEvent]] = {}
         self._count = 0
         self._bytes = 0
@@ -64,7 +80,18 @@ class Batcher:
 
     @property
     def pending(self) -> int:
-        return self._count + self.spilled
+        return self._count + self.spilled + self.prestaged
+
+    @property
+    def memory_cap(self) -> int:
+        """About the most events this batcher holds in memory now: what the source reader's
+        read-ahead is measured against (read from its thread)."""
+        cap = self.limits.max_events
+        if self.stage_every is None or (self.may_stage is not None and not self.may_stage()):
+            return cap
+        # A transaction larger than the chunk is held until it ends or fills a batch: the
+        # read-ahead stays a share of what is held then.
+        return max(min(cap, self.stage_every), self._count)
 
     @property
     def held(self) -> int:
@@ -97,8 +124,10 @@ class Batcher:
             self._boundary = ev
             if self._full():
                 return self._close()
+            if self._stage_due():
+                self._prestage()
             return None
-        if self.spill is not None and (self._over_size() or self._later_chunk_full()):
+        if self.spill is not None and (self._batch_over_size() or self._later_chunk_full()):
             if self._boundary is not None:
                 return self._close_complete()
             self._spill()
@@ -113,6 +142,21 @@ class Batcher:
     def _over_size(self) -> bool:
         return self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes
 
+    def _batch_over_size(self) -> bool:
+        """The pending batch (in memory and staged as it filled) reached the size limits."""
+        limits = self.limits
+        return (self._count + self.prestaged >= limits.max_events
+                or self._bytes + self._prestaged_bytes >= limits.max_bytes)  # fmt: skip
+
+    def _stage_due(self) -> bool:
+        """At a boundary: stage the complete transactions held now (see the module doc)?"""
+        if self.stage_every is None or self.spilled or self._count < self.stage_every:
+            return False
+        if self.may_stage is not None and not self.may_stage():
+            return False
+        # A table whose last change is a snapshot row keeps it in the batch (the cut rule).
+        return all(evs[-1].op is not Op.READ for evs in self._events.values())
+
     def _later_chunk_full(self) -> bool:
         """A spilled transaction's next chunk is due (every half batch after its first)."""
         limits, share = self.limits, LATER_CHUNK_SHARE
@@ -121,16 +165,27 @@ class Batcher:
         )
 
     def _full(self) -> bool:
-        if self.spilled or self._over_size():
+        if self.spilled or self._batch_over_size():
             return True  # a spilled transaction's batch closes at its end
         return self._opened_at is not None and self.clock() - self._opened_at >= self.limits.max_seconds
 
     def flush(self) -> ChangeBatch | None:
         """Close the pending batch if it ends at a transaction boundary (used when the
         source is idle, so small trickles still get committed)."""
-        if self._count and self.at_boundary:
+        if (self._count or self.prestaged) and self.at_boundary:
             return self._close()
         return None
+
+    def _prestage(self) -> None:
+        """Hand the complete transactions held to ``spill`` and forget them (the batch stays
+        open: they are its first part)."""
+        assert self.spill is not None
+        self.spill(self._events)
+        self.prestaged += self._count
+        self._prestaged_bytes += self._bytes
+        self._events = {}
+        self._count = 0
+        self._bytes = 0
 
     def _spill(self) -> None:
         """Hand the open transaction's events so far to ``spill`` and forget them."""
@@ -155,7 +210,8 @@ class Batcher:
                 done[table] = tuple(evs[:cut])
             if cut < len(evs):
                 rest[table] = evs[cut:]
-        batch = ChangeBatch(events=done, end_position=end, event_count=_rows(done.values()))
+        batch = ChangeBatch(events=done, end_position=end, event_count=_rows(done.values()) + self.prestaged)
+        self.prestaged = self._prestaged_bytes = 0
         self._events = rest
         self._count = _rows(rest.values())
         self._bytes = sum(_approx_bytes(e) for evs in rest.values() for e in evs)
@@ -169,12 +225,13 @@ class Batcher:
         batch = ChangeBatch(
             events={t: tuple(evs) for t, evs in self._events.items()},
             end_position=end,
-            event_count=self._count + self.spilled,
+            event_count=self._count + self.spilled + self.prestaged,
         )
         self._events = {}
         self._count = 0
         self._bytes = 0
         self.spilled = 0
+        self.prestaged = self._prestaged_bytes = 0
         self._opened_at = None
         self._first_read = None
         self._last = None

@@ -64,6 +64,10 @@ class SpilledTable:
     moved_to: set[Hashable] = field(default_factory=set)
     moved_again: set[Hashable] = field(default_factory=set)
     stopped: str | None = None  # why the table cannot take this transaction
+    # Events handed over per op (c/r/u/d/t) and the newest source time among them: the
+    # committed batch's metrics count them (they are not among its events in memory).
+    ops: dict[str, int] = field(default_factory=dict)
+    newest_ms: int | None = None
 
     def added(self, layout: pa.Schema, rows: int) -> None:
         """Count the chunk just written (``rows`` staged rows in ``layout``)."""

@@ -40,6 +40,12 @@ READ_AHEAD_SHARE = 4
 ROOM_POLL_SECONDS = 0.02  # how often a reader held back by ``held`` looks again
 
 
+def read_limit(held_cap: int) -> int:
+    """Events held plus queued that the reader stops at, for a run loop holding up to
+    ``held_cap`` (a quarter more, at least one hand-over)."""
+    return held_cap + max(CHUNK_EVENTS, held_cap // READ_AHEAD_SHARE)
+
+
 @dataclass(frozen=True)
 class Events:
     """Events in source order; ``snapshot_in_progress`` as the source said after them;
@@ -84,6 +90,7 @@ class SourceReader:
         keepalive_seconds: float = KEEPALIVE_SECONDS,
         transform: Callable[[ChangeEvent], ChangeEvent] | None = None,
         held: Callable[[], int] | None = None,
+        held_cap: Callable[[], int] | None = None,
     ) -> None:
         self.source = source
         # Applied to every event before it is handed over (source.columns), so nothing
@@ -95,7 +102,10 @@ class SourceReader:
         self.held = held
         if hasattr(source, "snapshot_blocks"):
             source.snapshot_blocks = True  # this reader takes snapshot chunks as block events
-        self.max_held = max_events + max(CHUNK_EVENTS, max_events // READ_AHEAD_SHARE)
+        self.max_held = read_limit(max_events)
+        # The most events the run loop holds now, when it is less than a batch (it stages a
+        # batch as it fills: pipeline.batcher); the read-ahead is measured against it.
+        self.held_cap = held_cap
         self.idle_sleep = idle_sleep
         self.keepalive_seconds = keepalive_seconds
         self._queue: queue.Queue[Item] = queue.Queue(maxsize=self.max_chunks + 2)
@@ -200,7 +210,8 @@ class SourceReader:
         alive = time.monotonic()
         while True:
             queued = self._changes_put - self._changes_taken
-            if queued <= 0 or queued + held() + n <= self.max_held:
+            limit = self.max_held if self.held_cap is None else read_limit(self.held_cap())
+            if queued <= 0 or queued + held() + n <= limit:
                 return True
             if self._stop.wait(ROOM_POLL_SECONDS):
                 return False

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -32,7 +32,7 @@ from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, Table
 from replicator.pipeline.assembly import build_source, column_policy, default_writer_id, state_lock
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.catchup import CatchUp
-from replicator.pipeline.chunks import ChunkStore
+from replicator.pipeline.chunks import ChunkStore, SpilledTable
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.cuts import CutKeeper
 from replicator.pipeline.gc_policy import run_thresholds
@@ -73,6 +73,8 @@ class AppliedBatch:
     live: dict[str, tuple[Any, ...]]  # the events applied, per table not stopped before it
     outcome: BatchOutcome
     started: float  # time.perf_counter() when applying began
+    # The events staged in chunks before the batch closed, per table (not in ``live``).
+    spilled: Mapping[str, SpilledTable] = field(default_factory=dict)
 
 
 def _start_spark(cfg: RunConfig) -> Any:
@@ -298,10 +300,19 @@ class Replicator:
         """Run until done; True when it ended because the source was idle (--until-idle)."""
         # Chunks a killed run left behind: their transaction is read again from the source.
         self.chunk_store.clear()
-        batcher = self.batcher = Batcher(self.cfg.batch, spill=self.spiller)
+        # With batch.stage_every_events, complete transactions are staged as the batch fills,
+        # so the driver holds about that many events whatever the batch size (not while a
+        # snapshot is copied; not for a source whose events are filled from earlier ones:
+        # pipeline.batcher).
+        batch = self.cfg.batch
+        batcher = self.batcher = Batcher(
+            batch, spill=self.spiller, stage_every=None if self.env.row_fill else batch.stage_every_events,
+            may_stage=lambda: not self._snapshot_in_progress,
+        )  # fmt: skip
         reader = self._reader = SourceReader(
             self.source, max_events=self.cfg.batch.max_events, idle_sleep=IDLE_SLEEP_SECONDS,
             keepalive_seconds=self.source.keepalive_seconds, transform=self.columns, held=lambda: batcher.held,
+            held_cap=lambda: batcher.memory_cap,
         )  # fmt: skip
         self.env.steps.run_started(queued=lambda: reader.queued, held=lambda: batcher.held)
         reader.start()
@@ -481,7 +492,7 @@ class Replicator:
         # The batch's chunks are in its files now (or, for a stopped table, not needed: the
         # source is not acknowledged past them, so they are read again after a restart).
         self.chunk_store.discard()
-        applied = AppliedBatch(batch, live, outcome, t0)
+        applied = AppliedBatch(batch, live, outcome, t0, spilled)
         for hook in self.after_commit:
             hook(applied)
 
@@ -529,7 +540,7 @@ class Replicator:
         self.summary.batches += 1
         self.summary.last_position = batch.end_position
         if self.observer.enabled:
-            self._observe(batch, done.live, done.outcome.checkpoints, time.perf_counter() - done.started)
+            self._observe(batch, done, time.perf_counter() - done.started)
         log.info(
             "batch %d: %d events, %d table(s), up to %s, %.2fs",
             self.summary.batches, batch.event_count, len(batch.tables), batch.end_position,
@@ -540,16 +551,20 @@ class Replicator:
         """After-commit hook 5: a bounded maintenance slice, as the tables' single writer."""
         self._maintain()
 
-    def _observe(
-        self, batch: ChangeBatch, live: dict[str, tuple[Any, ...]], committed: dict[str, Any], seconds: float
-    ) -> None:
+    def _observe(self, batch: ChangeBatch, done: AppliedBatch, seconds: float) -> None:
         """Tell the observer about a committed batch (only when metrics are on: this walks
         every event once)."""
         ops: Counter[tuple[str, str]] = Counter()
-        for table, evs in live.items():
+        for table, spilled in done.spilled.items():  # staged before the batch closed
+            if table not in self.summary.stopped:
+                for op_value, n in spilled.ops.items():
+                    ops[(table, op_value)] += n
+        for table, evs in done.live.items():
             for op, n in Counter(map(_OP, evs)).items():
                 ops[(table, op.value)] += n
         newest = [evs[-1].ts_ms for evs in batch.events.values() if evs[-1].ts_ms is not None]
+        newest += [s.newest_ms for s in done.spilled.values() if s.newest_ms is not None]
+        committed = done.outcome.checkpoints
         self.observer.committed(seconds=seconds, events=ops, newest_source_ms=max(newest, default=None))
         for table in committed:
             # Read back, not added up: a TRUNCATE or a maintenance commit removes files.

@@ -1,7 +1,8 @@
-"""The spill step: the open transaction's events staged to chunk files and released.
+"""The spill step: the pending batch's events staged to chunk files and released.
 
 The batcher calls a ``Spiller`` when its pending events reach the batch's size limits inside
-a transaction (``pipeline.batcher``). Per table the events are staged to Arrow exactly as at
+a transaction, and at a transaction boundary once it holds ``batch.stage_every_events``
+(``pipeline.batcher``: memory flat in batch size). Per table the events are staged to Arrow exactly as at
 apply time (``staging.stage_events`` against the Iceberg table's columns, so dead letters and
 bad changes are decided here, once) and written as one chunk (``pipeline.chunks``). At the
 transaction's end the batch applies the chunks in order plus the events still in memory, as
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from replicator.errors import SchemaChangeError
-from replicator.events.block import first_position
+from replicator.events.block import BlockEvent, first_position, row_count
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.tables import engine_type
@@ -64,8 +66,15 @@ class Spiller:
                 table, first=first_position(events[0]), last=events[-1].position,
                 prefix=self.store.new_prefix(),  # a block event starts at its first row
             )
-            log.info("%s: a transaction outgrows the batch; staging its changes in chunks", table)
+            log.debug("%s: staging the pending batch's changes in chunks as they come", table)
         spilled.last = events[-1].position
+        for op, n in Counter(e.op.value for e in events).items():
+            spilled.ops[op] = spilled.ops.get(op, 0) + n
+        for e in events:
+            if type(e) is BlockEvent:  # a block counts its rows
+                spilled.ops[e.op.value] += row_count(e) - 1
+        if events[-1].ts_ms is not None:
+            spilled.newest_ms = events[-1].ts_ms
         if spilled.stopped is not None:
             return
         try:

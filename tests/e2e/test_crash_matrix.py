@@ -120,3 +120,20 @@ def test_crash_during_schema_change(replicated: tuple[Path, str], spark: Any) ->
     run_changes(dsn, 1000, seed_rows=3000)
     crashed(engine(cfg, "schema-evolved"), "schema-evolved")
     finish_and_check(cfg, dsn)
+
+
+@pytest.mark.parametrize(("mode", "point"), [
+    ("equality", "files-written"), ("equality", "committed"), ("equality", "chunk-staged"),
+    ("position", "committed"), ("position", "index-behind"),
+])  # fmt: skip
+def test_crash_in_batches_staged_as_they_fill(replicated: tuple[Path, str], spark: Any, point: str) -> None:
+    """Batches of 700 changes staged to chunks every 100 (``batch.stage_every_events``,
+    issue 27): each batch's chunks hold many transactions and commit as one snapshot per
+    table, all of them or none, across a crash at each point."""
+    cfg, dsn = replicated
+    raw = yaml.safe_load(cfg.read_text())
+    raw["batch"]["stage_every_events"] = 100
+    cfg.write_text(yaml.safe_dump(raw))
+    run_changes(dsn, 3000, seed_rows=3000)
+    crashed(engine(cfg, f"{point}:2"), point)
+    finish_and_check(cfg, dsn)

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -107,7 +108,9 @@ def fresh_db(pg_server: PrivatePostgres) -> Iterator[Any]:
 
 
 def check_workload(fresh_db: Any, tmp_root: Path, txs: list[list[Stmt]],
-                   runs: list[tuple[int, tuple[str, int] | None]]) -> None:
+                   runs: list[tuple[int, tuple[str, int] | None]], *, staged_as_filled: bool = False) -> None:
+    """``staged_as_filled``: batches of up to 8 changes whose complete transactions are
+    staged to chunks one by one as the batch fills (``batch.stage_every_events: 1``)."""
     dsn = fresh_db()
     name = dsn.rsplit("=", 1)[-1]
     root = tmp_root / name
@@ -115,6 +118,10 @@ def check_workload(fresh_db: Any, tmp_root: Path, txs: list[list[Stmt]],
         conn.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
         conn.execute("INSERT INTO t SELECT g, g FROM generate_series(0, 5) g")
     cfg = write_config(root, dsn, max_events=3, slot=f"slot_{name}")  # tiny batches: many commits, many crash spots
+    if staged_as_filled:
+        data = yaml.safe_load(cfg.read_text())
+        data["batch"].update(max_events=8, stage_every_events=1)
+        cfg.write_text(yaml.safe_dump(data))
     engine(cfg, None)  # initial snapshot
     columns: set[str] = set()
     due = sorted(runs)
@@ -148,3 +155,20 @@ def test_generated_workload_with_crashes_ends_equal(
     txs: list[list[Stmt]], runs: list[tuple[int, tuple[str, int] | None]],
 ) -> None:
     check_workload(fresh_db, tmp_path_factory.mktemp("prop"), txs, runs)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("LONG"),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@example(*REGRESSIONS[0])
+@example(*REGRESSIONS[1])
+@given(txs=transactions, runs=st.lists(
+    st.tuples(st.integers(0, 24), st.one_of(st.none(), st.tuples(
+        st.sampled_from([*CRASH_POINTS, "chunk-staged"]), st.integers(1, 3)))),
+    max_size=4))  # fmt: skip
+def test_generated_workload_staged_as_batches_fill_with_crashes_ends_equal(
+    fresh_db: Any, tmp_path_factory: pytest.TempPathFactory, spark: Any,
+    txs: list[list[Stmt]], runs: list[tuple[int, tuple[str, int] | None]],
+) -> None:
+    """The same with batches staged as they fill (issue 27): a batch's chunks hold several
+    transactions, committed as one snapshot per table, all of them or none."""
+    check_workload(fresh_db, tmp_path_factory.mktemp("prop"), txs, runs, staged_as_filled=True)
