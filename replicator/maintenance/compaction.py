@@ -102,10 +102,11 @@ def _deleted_rows(table: Table, delete_file: DataFile, vectors: dict[str, dict[s
 
 
 def plan_compaction(
-    table: Table, *, target_file_bytes: int, min_input_files: int, min_deleted_share: float = 0.0
+    table: Table, *, target_file_bytes: int, min_input_files: int, min_deleted_share: float = 0.0,
+    small_file_bytes: int = 0,
 ) -> CompactionPlan | None:
     """What one compaction step would rewrite; None when not due (or not allowed).
-    ``min_deleted_share``: see ``compaction_inputs``."""
+    ``min_deleted_share``, ``small_file_bytes``: see ``compaction_inputs``."""
     head = table.current_snapshot()
     seqs: dict[str, int] = {}
     data, pos, eq = _current_files(table, seqs)
@@ -138,6 +139,7 @@ def plan_compaction(
                        min(1.0, deleted[f.file_path] / max(f.record_count, 1))) for f in groups[home]],
             target_file_bytes=target_file_bytes, min_input_files=min_input_files,
             delete_files=deletes_in[home], min_deleted_share=min_deleted_share,
+            small_file_bytes=small_file_bytes,
         )  # fmt: skip
         if picked:
             break
@@ -159,11 +161,12 @@ def compact(
     target_file_bytes: int,
     min_input_files: int,
     min_deleted_share: float = 0.0,
+    small_file_bytes: int = 0,
     crash: Crash = no_crash,
 ) -> tuple[Table, CompactionResult]:
     """One bounded compaction step; returns the refreshed table and what was done."""
     plan = plan_compaction(table, target_file_bytes=target_file_bytes, min_input_files=min_input_files,
-                           min_deleted_share=min_deleted_share)  # fmt: skip
+                           min_deleted_share=min_deleted_share, small_file_bytes=small_file_bytes)  # fmt: skip
     if plan is None:
         return table, NOTHING
     t0 = time.perf_counter()

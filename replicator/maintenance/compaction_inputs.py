@@ -19,6 +19,15 @@ updates over a big table touch most of its files at every batch, and rewriting e
 step copies the table again and again (Iceberg's ``delete-ratio-threshold`` makes the same
 trade; ``benchmarks.micro deleted-share`` measures it). The deletes stay in the
 position-delete files meanwhile (merged per partition: ``position_deletes``).
+
+Cheap rewrites (``small_file_bytes``, ``maintenance.compact_small_file_bytes``; 0: off): a
+file below that size costs little to rewrite, while every extra file and every deletion
+vector costs each reader (1-3 ms per vector in pyiceberg, a task per file in Spark). So the
+files below it are rewritten together, their deletes applied, as soon as one of them carries
+any delete or two of them exist: a small table, and the small tail of a big one, stay one
+file without deletes. Files above it keep the share threshold and the size tiers. Rewriting
+a growing small file again at every step is quadratic below the bound; the scheduler paces
+it (``compact_max_time_share``), so the copying stays a bounded share of the time.
 """
 
 from __future__ import annotations
@@ -45,13 +54,43 @@ class Candidate:
 
 def choose_inputs(
     files: Sequence[Candidate], *, target_file_bytes: int, min_input_files: int, delete_files: int,
-    min_deleted_share: float = 0.0,
+    min_deleted_share: float = 0.0, small_file_bytes: int = 0,
 ) -> list[Candidate]:
     """The files one step rewrites, in path (write) order; empty when no step is due.
 
     Due when the group holds ``min_input_files`` files, or when it rewrites files with deletes
     and the table has ``min_input_files`` position-delete files; never for one clean file. A
-    file's deletes count only from ``min_deleted_share`` of its rows on."""
+    file's deletes count only from ``min_deleted_share`` of its rows on. Also due when a file
+    below ``small_file_bytes`` has any delete or two such files exist: then all of them join
+    (within the step's input budget)."""
+    chosen = _by_size(files, target_file_bytes=target_file_bytes, min_input_files=min_input_files,
+                      delete_files=delete_files, min_deleted_share=min_deleted_share)  # fmt: skip
+    cheap = cheap_inputs(files, small_file_bytes)
+    if not cheap:
+        return chosen
+    picked = {f.path: f for f in chosen}
+    total = sum(f.size for f in chosen)
+    for f in cheap:
+        if f.path not in picked and total + f.size <= MAX_INPUT_TARGETS * target_file_bytes:
+            picked[f.path] = f
+            total += f.size
+    return sorted(picked.values(), key=lambda f: f.path)
+
+
+def cheap_inputs(files: Sequence[Candidate], small_file_bytes: int) -> list[Candidate]:
+    """The files below ``small_file_bytes`` (path order) when one of them has any delete or
+    there are two of them, else none (0: the rule is off)."""
+    if small_file_bytes <= 0:
+        return []
+    cheap = sorted((f for f in files if f.size < small_file_bytes), key=lambda f: f.path)
+    return cheap if len(cheap) >= 2 or any(f.hit for f in cheap) else []
+
+
+def _by_size(
+    files: Sequence[Candidate], *, target_file_bytes: int, min_input_files: int, delete_files: int,
+    min_deleted_share: float,
+) -> list[Candidate]:
+    """``choose_inputs`` without the cheap rule: share threshold and size tiers."""
     files = [f if not f.hit or f.deleted_share >= min_deleted_share else Candidate(f.path, f.size, False, 0.0)
              for f in files]  # fmt: skip
     small = [f for f in files if f.hit or f.size < SMALL_FRACTION * target_file_bytes]

@@ -11,7 +11,8 @@ due step of a table until nothing is due.
 
 Between batches the count trigger of conversion is paced by the last conversion's own
 duration (``convert_max_time_share``: a cheap in-process conversion may run every slice, a
-long Spark one is spaced out); when the source is idle (everything read is committed), a
+long Spark one is spaced out), and so is the cheap-rewrite trigger of compaction by the last
+compaction's (``compact_max_time_share``; ``compaction_inputs``); when the source is idle (everything read is committed), a
 slice compacts any table that is not yet one file without deletes.
 
 Order matters: compaction only runs on a table without equality deletes (so right after a
@@ -115,6 +116,9 @@ class Maintainer:
     _orphans_done: dict[str, float] = field(default_factory=dict)
     # table -> (monotonic time its last conversion ended, how long it took): the pacing
     _converted: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # table -> (monotonic time its last compaction ended, how long it took): the pacing of
+    # the cheap-rewrite trigger
+    _compacted_at: dict[str, tuple[float, float]] = field(default_factory=dict)
     _turn: int = 0
     # Whether the last slice ran out of budget with steps still due (the pacer resumes it).
     unfinished: bool = False
@@ -156,6 +160,7 @@ class Maintainer:
             compaction = (
                 h.data_files >= self.cfg.compact_min_input_files
                 or h.position_delete_files >= self.cfg.compact_min_input_files
+                or self._cheap_due(h, paced)
             )
         # Compaction needs a table without equality deletes: when it is due, so is the
         # conversion before it (else a steady stream of updates would starve compaction).
@@ -185,15 +190,20 @@ class Maintainer:
             by_count > 0 and h.equality_delete_files >= by_count and self._paced_ok(h.identifier, paced)
         ) or (by_age > 0 and h.equality_delete_age_seconds(now_ms) >= by_age)
 
+    def _cheap_due(self, h: TableHealth, paced: bool) -> bool:
+        """The cheap-rewrite trigger: a data file below the bound, with another one or with a
+        delete file in the table (the plan checks which file the deletes hit), paced."""
+        bound = self.cfg.cheap_rewrite_bytes
+        return (
+            0 < h.smallest_data_file_bytes < bound
+            and (h.data_files >= 2 or h.position_delete_files >= 1)
+            and _waited(self._compacted_at.get(h.identifier), self.cfg.compact_max_time_share, paced)
+        )
+
     def _paced_ok(self, table: str, paced: bool) -> bool:
         """Whether enough time passed since ``table``'s last conversion: a conversion that took
         ``d`` seconds is followed by at least ``d * (1 - share) / share`` seconds without one."""
-        last = self._converted.get(table)
-        if not paced or last is None:
-            return True
-        ended, took = last
-        share = self.cfg.convert_max_time_share
-        return time.monotonic() - ended >= took * (1 - share) / share
+        return _waited(self._converted.get(table), self.cfg.convert_max_time_share, paced)
 
     # ----------------------------------------------------------------- one step
 
@@ -246,8 +256,10 @@ class Maintainer:
         elif kind == "compaction":
             table, comp = compact(table, target_file_bytes=cfg.compact_target_file_bytes,
                                   min_input_files=IDLE_COMPACT_MIN_INPUT_FILES if idle else cfg.compact_min_input_files,
-                                  min_deleted_share=cfg.compact_min_deleted_share, crash=self.crash)
+                                  min_deleted_share=cfg.compact_min_deleted_share,
+                                  small_file_bytes=cfg.cheap_rewrite_bytes, crash=self.crash)
             if comp.snapshot_id is not None:
+                self._compacted_at[name] = (time.monotonic(), time.perf_counter() - t0)
                 changed = True
                 detail = (f"{comp.data_files_removed} data + {comp.delete_files_removed} "
                           f"position-delete file(s) -> {comp.data_files_added} file(s), {comp.rows} row(s)")
@@ -361,3 +373,12 @@ class Maintainer:
                     break  # re-plan: a conversion makes compaction possible; a skip, on the new head
             if not progressed:
                 return
+
+
+def _waited(last: tuple[float, float] | None, share: float, paced: bool) -> bool:
+    """Whether a step that ended at ``last[0]`` after ``last[1]`` seconds was followed by at
+    least ``last[1] * (1 - share) / share`` seconds (always when not ``paced``)."""
+    if not paced or last is None:
+        return True
+    ended, took = last
+    return time.monotonic() - ended >= took * (1 - share) / share

@@ -31,6 +31,7 @@ class TableHealth:
     last_maintenance: str | None  # "<kind> at <UTC time>"
     last_maintenance_ms: int | None
     partitions: int = 1  # distinct (spec, partition) of the live data files (1: unpartitioned)
+    smallest_data_file_bytes: int = 0  # 0: no data files
 
     @property
     def average_data_file_bytes(self) -> int:
@@ -48,6 +49,7 @@ def table_health(table: Table) -> TableHealth:
     meta = table.metadata
     head = table.current_snapshot()
     manifests = data = data_bytes = pos = eq = 0
+    smallest: int | None = None
     oldest_eq: int | None = None
     homes: set[tuple[int, tuple[object, ...]]] = set()
     if head is not None:
@@ -58,6 +60,7 @@ def table_health(table: Table) -> TableHealth:
                 if f.content == DataFileContent.DATA:
                     data += 1
                     data_bytes += f.file_size_in_bytes
+                    smallest = f.file_size_in_bytes if smallest is None else min(smallest, f.file_size_in_bytes)
                     homes.add((f.spec_id, partition_key(f)))
                 elif f.content == DataFileContent.POSITION_DELETES:
                     pos += 1
@@ -72,7 +75,7 @@ def table_health(table: Table) -> TableHealth:
         data_files=data, data_bytes=data_bytes, position_delete_files=pos,
         equality_delete_files=eq, oldest_equality_delete_ms=oldest_eq,
         last_maintenance=f"{kind} at {_utc(at_ms)}" if kind and at_ms else None,
-        last_maintenance_ms=at_ms, partitions=max(1, len(homes)),
+        last_maintenance_ms=at_ms, partitions=max(1, len(homes)), smallest_data_file_bytes=smallest or 0,
     )  # fmt: skip
 
 

@@ -20,14 +20,15 @@ KEYS = {"app.items": ["id"]}
 
 def config(root: Path, *, max_events: int = 10, cut_every: float = 0.0,
            maintenance: dict[str, Any] | None = None, exactly_once: bool = True,
-           format_version: int = 2) -> RunConfig:
+           format_version: int = 2, delete_mode: str = "equality") -> RunConfig:
     """``exactly_once``: inserts are inserts (at-least-once input makes every insert an upsert,
     i.e. an equality delete)."""
     cfg = {
         "source": {"type": "debezium-json", "path": "in", "primary_keys": KEYS,
                    "delivery": "exactly-once" if exactly_once else "at-least-once"},
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc",
-                    "cut_every_seconds": cut_every, "cuts_keep": 3, "format_version": format_version},
+                    "cut_every_seconds": cut_every, "cuts_keep": 3, "format_version": format_version,
+                    "delete_mode": delete_mode},
         "batch": {"max_events": max_events, "max_seconds": 3600},
         "state_dir": "state",
         "maintenance": maintenance or {"enabled": False},

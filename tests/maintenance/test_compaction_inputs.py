@@ -11,6 +11,7 @@ from replicator.maintenance.compaction_inputs import (
     MAX_INPUT_TARGETS,
     SMALL_FRACTION,
     Candidate,
+    cheap_inputs,
     choose_inputs,
 )
 
@@ -125,3 +126,41 @@ def test_a_big_file_is_rewritten_for_its_deletes_only_past_the_share() -> None:
                          min_deleted_share=0.5) == []  # fmt: skip
     assert choose_inputs(alone, target_file_bytes=TARGET, min_input_files=1, delete_files=1,
                          min_deleted_share=0.01) == alone  # fmt: skip
+
+
+def test_cheap_rule_rewrites_small_files_at_any_delete_or_two_of_them() -> None:
+    """Below ``small_file_bytes`` a file is rewritten at its first delete, or with one other
+    small file; bigger files keep the share threshold; 0 turns the rule off."""
+    bound = 32 * MB
+
+    def pick(files: list[Candidate], small: int = bound, m: int = 4) -> list[str]:
+        return [f.path for f in choose_inputs(files, target_file_bytes=TARGET, min_input_files=m,
+                                              delete_files=1, min_deleted_share=0.1,
+                                              small_file_bytes=small)]  # fmt: skip
+
+    vector = [Candidate("a", 1 * MB, True, 0.001)]  # one small file, one deleted row
+    assert pick(vector) == ["a"]
+    assert pick(vector, small=0) == []  # the old rule: below the share, alone
+    two = clean(0.5, 0.3)
+    assert pick(two) == ["f0000", "f0001"]
+    assert pick(two, small=0) == []  # fewer than min_input_files
+    assert pick(clean(0.5)) == []  # one clean file: nothing to do
+    # A big file below its deleted share stays; the small tail is merged (deletes applied).
+    tail = [Candidate("big", 100 * MB, True, 0.01), Candidate("t1", 1 * MB, True, 0.01), *clean(0.2)]
+    assert pick(tail) == ["f0000", "t1"]
+    # Past its share the big file joins when the old rule says so, with the small ones.
+    past = [Candidate("big", 100 * MB, True, 0.5), *clean(0.2, 0.3)]
+    assert pick(past) == ["f0000", "f0001"]
+    assert pick(past, m=2) == ["big", "f0000", "f0001"]
+    # A file at or above the bound is not cheap: one small file next to it is left alone.
+    assert pick([Candidate("b", bound, True, 0.01), *clean(0.2)]) == []
+    # Still one step's input budget at most.
+    many = clean(*([31.0] * 20))
+    assert sum(f.size for f in choose_inputs(many, target_file_bytes=TARGET, min_input_files=4, delete_files=0,
+                                             small_file_bytes=bound)) <= MAX_INPUT_TARGETS * TARGET  # fmt: skip
+
+
+def test_cheap_inputs() -> None:
+    assert cheap_inputs(clean(1, 2), 0) == []
+    assert [f.path for f in cheap_inputs(clean(40, 1, 2), 32 * MB)] == ["f0001", "f0002"]
+    assert cheap_inputs([Candidate("x", MB, True, 0.0)], 32 * MB) == [Candidate("x", MB, True, 0.0)]

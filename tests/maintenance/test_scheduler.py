@@ -113,7 +113,7 @@ def test_idle_slice_compacts_below_the_busy_trigger(tmp_path: Path) -> None:
     log, t = _churned_table(tmp_path, seed=3, txs=4)
     h = table_health(t)
     assert 2 <= h.data_files < 8 and h.position_delete_files >= 1
-    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
+    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8, "compact_small_file_bytes": 0}))
     assert "compaction" not in m.due(t)
     assert "compaction" in m.due(t, idle=True)
     tables, reports = m.run_slice([t], idle=True)
@@ -245,7 +245,7 @@ def test_health_is_read_once_per_table_version(tmp_path: Path, monkeypatch: pyte
         return table_health(tbl)
 
     monkeypatch.setattr(scheduler, "table_health", counting)
-    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8}))
+    m = Maintainer(MaintenanceConfig.model_validate({**EAGER, "compact_min_input_files": 8, "compact_small_file_bytes": 0}))
     for _ in range(5):
         m.due(t)
     before = t.metadata_location
