@@ -30,6 +30,7 @@ events need filling from earlier images (Debezium's unavailable values).
 
 from __future__ import annotations
 
+import logging
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +38,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from replicator.config import BatchConfig
 from replicator.events.block import row_count
 from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
+
+log = logging.getLogger(__name__)
 
 # Stage these events (one table -> its events, in order) out of memory; they stay part of
 # the pending batch.
@@ -191,6 +194,9 @@ class Batcher:
         """Hand the open transaction's events so far to ``spill`` and forget them."""
         assert self.spill is not None and self._boundary is None
         events, count = self._events, self._count
+        if not self.spilled:  # say so once per transaction (staging as a batch fills is quiet)
+            for table in events:
+                log.info("%s: a transaction outgrows the batch; staging its changes in chunks", table)
         self.spill(events)
         self.spilled += count
         self._events = {}

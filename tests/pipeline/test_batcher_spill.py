@@ -1,7 +1,10 @@
 """The batcher's decisions for a transaction larger than the batch: close the complete
 transactions, spill the open one, close at its end."""
 
+import logging
 from collections.abc import Mapping, Sequence
+
+import pytest
 
 from replicator.config import BatchConfig
 from replicator.events.model import ChangeEvent, Op, SourcePosition
@@ -111,3 +114,19 @@ def test_held_counts_the_events_in_memory_until_a_spill_or_a_close_releases_them
         held.append(b.held)
     assert seen == [4, 2, 2]  # each spill ran while its events were still held
     assert held == [1, 2, 3, 0, 1, 0, 1, 0, 0]  # released after each spill; closed at 9
+
+
+def test_a_transaction_outgrowing_the_batch_is_logged_once_per_table(caplog: pytest.LogCaptureFixture) -> None:
+    # Operators read this line to learn why a batch is late; staging as a batch fills
+    # (complete transactions) must not say it.
+    caplog.set_level(logging.INFO, logger="replicator.pipeline.batcher")
+    b = Batcher(BatchConfig(max_events=4), spill=Recorder(), stage_every=2)
+    for i in range(1, 4):
+        b.add(ev(i, None, True))  # complete transactions: staged as the batch fills
+    assert not [r for r in caplog.records if "outgrows the batch" in r.getMessage()]
+    for i in range(4, 16):
+        b.add(ev(i, "a", i == 15, table="s.t" if i % 2 else "s.u"))
+    said = [r.getMessage() for r in caplog.records if "outgrows the batch" in r.getMessage()]
+    assert sorted(said) == [
+        f"{t}: a transaction outgrows the batch; staging its changes in chunks" for t in ("s.t", "s.u")
+    ]
