@@ -122,9 +122,13 @@ def test_crash_during_schema_change(replicated: tuple[Path, str], spark: Any) ->
     finish_and_check(cfg, dsn)
 
 
+# batch.stage_every_events is off by default: make test keeps its own crash point, the
+# others run in make test-long.
 @pytest.mark.parametrize(("mode", "point"), [
-    ("equality", "files-written"), ("equality", "committed"), ("equality", "chunk-staged"),
-    ("position", "committed"), ("position", "index-behind"),
+    pytest.param("equality", "files-written", marks=pytest.mark.slow),
+    pytest.param("equality", "committed", marks=pytest.mark.slow), ("equality", "chunk-staged"),
+    pytest.param("position", "committed", marks=pytest.mark.slow),
+    pytest.param("position", "index-behind", marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_crash_in_batches_staged_as_they_fill(replicated: tuple[Path, str], spark: Any, point: str) -> None:
     """Batches of 700 changes staged to chunks every 100 (``batch.stage_every_events``,

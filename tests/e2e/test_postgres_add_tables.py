@@ -95,7 +95,8 @@ def _judge(cfg_path: Path, dsn: str, name: str) -> str:
     return metadata
 
 
-@pytest.mark.parametrize("change_blocks", [0, 1])  # 1: every insert / key-keeping update a block
+# 1: every insert / key-keeping update a block; default off, so that run is in make test-long
+@pytest.mark.parametrize("change_blocks", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_postgres_add_table_then_resnapshot(
     tmp_path: Path, pg_db: str, spark: Any, caplog: pytest.LogCaptureFixture, change_blocks: int
 ) -> None:

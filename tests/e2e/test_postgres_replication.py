@@ -60,7 +60,8 @@ def assert_tables_equal(cfg_path: Path, dsn: str, *, duckdb: bool = True) -> dic
     return counts
 
 
-@pytest.mark.parametrize("change_blocks", [0, 4])  # 4: runs of inserts as block events
+# 4: runs of inserts as block events; default off, so that run is in make test-long
+@pytest.mark.parametrize("change_blocks", [0, pytest.param(4, marks=pytest.mark.slow)])
 def test_snapshot_then_stream_equals_source(
     tmp_path: Path, pg_versioned_db: str, spark: Any, change_blocks: int
 ) -> None:

@@ -59,7 +59,8 @@ def _streamed_workload(dsn: str) -> None:
         big.commit()
 
 
-@pytest.mark.parametrize("change_blocks", [0, 8])  # 8: the replays' runs as block events
+# 8: the replays' runs as block events; default off, so that run is in make test-long
+@pytest.mark.parametrize("change_blocks", [0, pytest.param(8, marks=pytest.mark.slow)])
 def test_streamed_transactions_equal_the_source(
     tmp_path: Path, pg_db: str, spark: Any, capsys: Any, change_blocks: int
 ) -> None:
