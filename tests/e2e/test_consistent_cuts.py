@@ -100,6 +100,7 @@ def engine(cfg: Path, *extra: str) -> list[str]:
             "--engine", "local", *extra]
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 def test_cuts_are_consistent_across_tables_and_kills(tmp_path: Path, pg_db: str, spark: Any) -> None:
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, version int NOT NULL)")

@@ -105,6 +105,7 @@ def light_changes(dsn: str, stop: threading.Event, first_id: int) -> int:
     return n
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 def test_sigterm_during_snapshot_and_streaming(tmp_path: Path, pg_db: str, spark: Any) -> None:
     rows = 60_000
     seed(pg_db, rows)

@@ -119,6 +119,7 @@ def _wait_for(path: Path, ready: Callable[[str], bool], timeout: float) -> str:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 def test_sigkill_during_snapshot_and_streaming(
     tmp_path: Path, mysql_db: MySQLDb, spark: Any  # noqa: F811
 ) -> None:

@@ -99,6 +99,7 @@ def check_partition_values(spark: Any, location: str) -> None:
             assert part["created_day"] is None and part["id_bucket"] is None, f
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 def test_spark_ddl_partitioned_table_takes_partition_moves(tmp_path: Path, pg_db: str, spark: Any) -> None:
     sql(
         pg_db,

@@ -93,6 +93,7 @@ def _scenario(tmp_path: Path, pg_db: str, n: int, mode: str = "equality", format
             assert t.format_version == 3 and no_position_delete_parquet(t.metadata_location)
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 @pytest.mark.parametrize(
     ("mode", "format_version", "n"),
     [

@@ -102,6 +102,7 @@ def assert_lake_equals_source(cfg_path: Path, dsn: str, server: PrivateSeaweed) 
     assert server.secret_key not in diff.stdout + diff.stderr
 
 
+@pytest.mark.slow  # make test-long: make test stays under 25 minutes (a quiet fresh-clone run took 34:46)
 def test_postgres_to_rest_catalog_and_s3_with_sigkills(
     tmp_path: Path, pg_db: str, spark: Any, seaweed: PrivateSeaweed
 ) -> None:

@@ -58,7 +58,7 @@ def _engine(cfg: Path, conns: int, crash_at: str | None = None) -> subprocess.Co
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
-@pytest.mark.parametrize("conns", [1, 2])  # source.snapshot_connections
+@pytest.mark.parametrize("conns", [pytest.param(1, marks=pytest.mark.slow), 2])  # source.snapshot_connections: 2 is the default; 1 in make test-long
 def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
     tmp_path: Path, pg_db: str, spark: Any, conns: int
 ) -> None:
