@@ -2,26 +2,11 @@
 holds about that many events whatever ``max_events`` is (issue 27), and the batch still
 closes at its limits, as one batch."""
 
-from collections.abc import Mapping, Sequence
 
 from replicator.config import BatchConfig
-from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.events.model import Op
 from replicator.pipeline.batcher import Batcher
-
-
-def ev(i: int, tx: str | None, last: bool, table: str = "s.t", op: Op = Op.CREATE) -> ChangeEvent:
-    return ChangeEvent(
-        table=table, op=op, after={"id": i}, position=SourcePosition(source="x", parts=(i,)),
-        tx_id=tx, last_in_tx=last,
-    )
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.spills: list[dict[str, list[int]]] = []
-
-    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]]) -> None:
-        self.spills.append({t: [int(e.position.parts[0]) for e in evs] for t, evs in events.items()})
+from tests.pipeline.spill_record import Recorder, ev
 
 
 def test_complete_transactions_are_staged_every_n_events_and_the_batch_closes_at_its_limit() -> None:

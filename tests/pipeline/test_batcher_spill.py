@@ -2,28 +2,12 @@
 transactions, spill the open one, close at its end."""
 
 import logging
-from collections.abc import Mapping, Sequence
 
 import pytest
 
 from replicator.config import BatchConfig
-from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.pipeline.batcher import Batcher
-
-
-def ev(i: int, tx: str | None, last: bool, table: str = "s.t") -> ChangeEvent:
-    return ChangeEvent(
-        table=table, op=Op.CREATE, after={"id": i}, position=SourcePosition(source="x", parts=(i,)),
-        tx_id=tx, last_in_tx=last,
-    )
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.spills: list[dict[str, list[int]]] = []
-
-    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]]) -> None:
-        self.spills.append({t: [int(e.position.parts[0]) for e in evs] for t, evs in events.items()})
+from tests.pipeline.spill_record import Recorder, ev
 
 
 def test_a_large_transaction_is_spilled_in_chunks_and_closes_at_its_end() -> None:
