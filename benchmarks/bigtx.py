@@ -8,12 +8,13 @@ Per size K, against a private server (started here, removed afterwards): an empt
 replicated once with one row (slot / binlog position, snapshot done; not measured), then ONE transaction writes K
 changes (``--kind insert``: one INSERT ... SELECT of K rows; ``update``: the table is filled
 with K rows first and one UPDATE changes every row), then a FRESH engine process runs
-``replicator run`` until the table holds the K rows (then SIGTERM: a clean stop) and reports
+``replicator run`` until the table's commits since then added the transaction's rows (K;
+K + 1 for an update, which changes the set-up row too; then SIGTERM: a clean stop) and reports
 its own peak RSS (``ru_maxrss`` of that process:
 the driver; Spark's JVM and Python workers are other processes). With the batch limits at
 their defaults a transaction above ``batch.max_events`` is staged to chunk files as it arrives
 (``pipeline.spill``), so the peak should not grow with K. The committed row count is checked
-against K. Results: ``--out``/result-<source>.json.
+against K + 1 and the rows added against the transaction's. Results: ``--out``/result-<source>.json.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ if str(ROOT) not in sys.path:
 CHANGE_BLOCKS = 0  # --change-blocks
 ENGINE = "spark"  # --engine
 PG_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b text, c double precision)"
-PG_INSERT = "INSERT INTO {t} SELECT g, g % 1000, 'row-' || g, g * 0.5 FROM generate_series({lo}, {hi}) g"
+PG_INSERT = (
+    "INSERT INTO {t} SELECT g, g % 1000, 'row-' || g, g * 0.5 FROM generate_series({lo}, {hi}) g"
+)
 MY_DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, a int, b varchar(40), c double)"
-MY_INSERT = "INSERT INTO {t} SELECT seq, seq % 1000, concat('row-', seq), seq * 0.5 FROM seq_{lo}_to_{hi}"
+MY_INSERT = (
+    "INSERT INTO {t} SELECT seq, seq % 1000, concat('row-', seq), seq * 0.5 FROM seq_{lo}_to_{hi}"
+)
 UPDATE = "UPDATE {t} SET a = a + 1"
 FILL_STEP = 1_000_000
 
@@ -72,22 +77,26 @@ def _child(config: str, rss_out: str, until_idle: bool, trace_out: str | None = 
     sys.exit(rc)
 
 
-def _engine(config: Path, out: Path, *, until_rows: int | None = None, trace: bool = False) -> dict[str, Any]:
-    """One engine process. ``until_rows``: run until the table holds that many rows, then
-    stop it with SIGTERM (a clean stop), since ``--until-idle`` may take the keepalives the
-    server sends while it decodes a huge transaction for "idle" (issue 23 item 1)."""
+def _engine(config: Path, out: Path, *, until_added: tuple[int, int] | None = None,
+            trace: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One engine process. ``until_added`` (sequence number, K): run until the table's
+    commits after that sequence number added K rows, then stop it with SIGTERM (a clean
+    stop), since ``--until-idle`` may take the keepalives the server sends while it decodes a
+    huge transaction for "idle" (issue 23 item 1). Not the table's live row count: after
+    ``--kind update`` fills the table it holds K + 1 rows before the update is read, so the
+    engine was stopped while starting (rc -15)."""
     rss = out.with_suffix(".rss.json")
     cmd = [sys.executable, "-m", "benchmarks.bigtx", "--child", str(config), "--rss-out", str(rss),
            "--engine", ENGINE]  # fmt: skip
-    if until_rows is None:
+    if until_added is None:
         cmd.append("--child-until-idle")
     if trace:
         cmd += ["--trace-out", str(out.with_suffix(".trace.jsonl"))]
     with out.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
-        if until_rows is not None:
-            base = config.parent
-            while proc.poll() is None and _committed_rows(base) < until_rows:
+        if until_added is not None:
+            base, (after, want) = config.parent, until_added
+            while proc.poll() is None and _added_since(base, after) < want:
                 time.sleep(1.0)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -96,14 +105,14 @@ def _engine(config: Path, out: Path, *, until_rows: int | None = None, trace: bo
     if proc.returncode not in (0, 130, 143) or not rss.exists():
         raise RuntimeError(f"engine failed ({proc.returncode}): {text[-3000:]}")
     result: dict[str, Any] = json.loads(rss.read_text())
-    result["batches"] = sum(1 for line in text.splitlines() if "batch " in line and " events, " in line)
+    result["batches"] = sum(
+        1 for line in text.splitlines() if "batch " in line and " events, " in line
+    )
     return result
 
 
-def _committed_rows(base: Path) -> int:
-    """Live rows of the one Iceberg table, 0 before it exists (Iceberg Java through DuckDB
-    would cost minutes at 20M rows; the snapshot summary is exact for an insert-only or
-    update-all table)."""
+def _metadata(base: Path) -> Any:
+    """The one Iceberg table's metadata, None before it exists."""
     import sqlite3
 
     from pyiceberg.table import StaticTable
@@ -112,16 +121,40 @@ def _committed_rows(base: Path) -> int:
         with sqlite3.connect(base / "catalog.db") as db:
             row = db.execute("SELECT metadata_location FROM iceberg_tables").fetchone()
     except sqlite3.Error:
-        return 0
-    if row is None:
-        return 0
-    snap = StaticTable.from_metadata(row[0]).current_snapshot()
+        return None
+    return None if row is None else StaticTable.from_metadata(row[0]).metadata
+
+
+def _committed_rows(base: Path) -> int:
+    """Live rows of the one Iceberg table, 0 before it exists (Iceberg Java through DuckDB
+    would cost minutes at 20M rows; the snapshot summary is exact for an insert-only or
+    update-all table)."""
+    meta = _metadata(base)
+    snap = None if meta is None else meta.current_snapshot()
     if snap is None or snap.summary is None:
         return 0
     s = snap.summary
-    return int(s.get("total-records", 0)) - int(s.get("total-position-deletes", 0)) - int(
-        s.get("total-equality-deletes", 0)
+    return (
+        int(s.get("total-records", 0))
+        - int(s.get("total-position-deletes", 0))
+        - int(s.get("total-equality-deletes", 0))
     )
+
+
+def _sequence_number(base: Path) -> int:
+    """The table's last sequence number (0 before it exists): commits after it are new."""
+    meta = _metadata(base)
+    return 0 if meta is None else int(meta.last_sequence_number)
+
+
+def _added_since(base: Path, after: int) -> int:
+    """Rows added by the table's commits after sequence number ``after`` (maintenance is off,
+    so every such commit is the engine's: K inserts or K updated rows add K)."""
+    meta = _metadata(base)
+    if meta is None:
+        return 0
+    return sum(int(s.summary.get("added-records", 0)) for s in meta.snapshots
+               if s.sequence_number is not None and s.sequence_number > after and s.summary is not None)  # fmt: skip
 
 
 def _config(base: Path, source: dict[str, Any]) -> Path:
@@ -151,6 +184,7 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
     config = _config(work, {"type": "postgres", "dsn": db, "slot": f"bigtx{size}", "change_blocks": CHANGE_BLOCKS,
                             "tables": [f"public.{table}"]})  # fmt: skip
     _engine(config, work / "setup.log")
+    after = _sequence_number(work)
     t0 = time.perf_counter()
     with psycopg.connect(db, autocommit=True) as conn:
         if kind == "update":
@@ -158,8 +192,19 @@ def _pg_size(pg: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
         else:
             conn.execute(PG_INSERT.format(t=table, lo=1, hi=size).encode())
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size + 1, trace=trace)
-    return {**measured, "write_seconds": round(write_seconds, 1)}
+    return _measure(config, work, after, _expected_added(kind, size), trace, write_seconds)
+
+
+def _expected_added(kind: str, size: int) -> int:
+    """Rows the measured transaction adds: the UPDATE changes the set-up row too."""
+    return size + 1 if kind == "update" else size
+
+
+def _measure(config: Path, work: Path, after: int, expected: int, trace: bool,
+             write_seconds: float) -> dict[str, Any]:  # fmt: skip
+    measured = _engine(config, work / "run.log", until_added=(after, expected), trace=trace)
+    return {**measured, "write_seconds": round(write_seconds, 1),
+            "added_rows": _added_since(work, after), "expected_added": expected}  # fmt: skip
 
 
 def _fill_pg(conn: Any, table: str, size: int) -> None:
@@ -181,6 +226,7 @@ def _my_size(my: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
     config = _config(work, {"type": "mysql", "dsn": my.dsn_for(dbname=db), "server_id": 4000 + size % 1000,
                             "tables": [table]})  # fmt: skip
     _engine(config, work / "setup.log")
+    after = _sequence_number(work)
     t0 = time.perf_counter()
     with my.connect(db=db) as conn, conn.cursor() as cur:
         if kind == "update":
@@ -188,23 +234,35 @@ def _my_size(my: Any, size: int, kind: str, work: Path, trace: bool) -> dict[str
         else:
             cur.execute(MY_INSERT.format(t=table, lo=1, hi=size))
     write_seconds = time.perf_counter() - t0
-    measured = _engine(config, work / "run.log", until_rows=size + 1, trace=trace)
-    return {**measured, "write_seconds": round(write_seconds, 1)}
+    return _measure(config, work, after, _expected_added(kind, size), trace, write_seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", choices=("postgres", "mariadb"), default="postgres")
-    ap.add_argument("--sizes", default="100000,2000000", help="changes per transaction, comma-separated")
+    ap.add_argument(
+        "--sizes", default="100000,2000000", help="changes per transaction, comma-separated"
+    )
     ap.add_argument("--kind", choices=("insert", "update"), default="insert")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bigtx")
-    ap.add_argument("--trace", action="store_true",
-                    help="also trace the engine's memory per chunk (benchmarks.memtrace; "
-                    "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl")
-    ap.add_argument("--change-blocks", type=int, default=0,
-                    help="postgres: source.change_blocks (runs of inserts as block events; 0: off)")
-    ap.add_argument("--engine", choices=("spark", "local"), default="spark",
-                    help="where the apply stage runs (local: no Spark, the driver writes the files)")
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="also trace the engine's memory per chunk (benchmarks.memtrace; "
+        "BIGTX_TRACEMALLOC=1 adds tracemalloc, slow): <source>-<size>.trace.jsonl",
+    )
+    ap.add_argument(
+        "--change-blocks",
+        type=int,
+        default=0,
+        help="postgres: source.change_blocks (runs of inserts as block events; 0: off)",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("spark", "local"),
+        default="spark",
+        help="where the apply stage runs (local: no Spark, the driver writes the files)",
+    )
     ap.add_argument("--trace-out", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rss-out", help=argparse.SUPPRESS)
@@ -227,14 +285,18 @@ def main(argv: list[str] | None = None) -> None:
             for size in sizes:
                 work = Path(tempfile.mkdtemp(prefix=f"rp-bigtx-{size}-"))
                 try:
-                    run = (_pg_size if args.source == "postgres" else _my_size)(server, size, args.kind, work, args.trace)
+                    run = (_pg_size if args.source == "postgres" else _my_size)(
+                        server, size, args.kind, work, args.trace
+                    )
                     run.update(changes=size, committed_rows=_committed_rows(work),
                                maxrss_mib=round(run["maxrss_kib"] / 1024, 1))  # fmt: skip
                 finally:
                     if (work / "run.log").exists():  # the engine's log, for the report
                         shutil.copy(work / "run.log", args.out / f"{args.source}-{size}.log")
                     if (work / "run.trace.jsonl").exists():
-                        shutil.copy(work / "run.trace.jsonl", args.out / f"{args.source}-{size}.trace.jsonl")
+                        shutil.copy(
+                            work / "run.trace.jsonl", args.out / f"{args.source}-{size}.trace.jsonl"
+                        )
                     shutil.rmtree(work, ignore_errors=True)
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)
@@ -245,7 +307,10 @@ def main(argv: list[str] | None = None) -> None:
         run["rss_vs_first"] = round(run["maxrss_kib"] / base, 3) if base else None
     (args.out / f"result-{args.source}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
-    ok = all(r["committed_rows"] == r["changes"] + 1 for r in result["runs"])
+    ok = all(
+        r["committed_rows"] == r["changes"] + 1 and r["added_rows"] == r["changes"]
+        for r in result["runs"]
+    )
     sys.exit(0 if ok else 1)
 
 
