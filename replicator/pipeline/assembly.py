@@ -4,12 +4,14 @@ lock that keeps one engine per state directory, and the column rules the reader 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from replicator.config import RunConfig, SourceConfig
 from replicator.errors import TerminalError
@@ -61,6 +63,16 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
             keyless_tables=src.keyless_tables,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
+
+
+def executor_chunk_reads(cfg: RunConfig, source: ChangeSource, spark: Any) -> None:
+    """``spark.snapshot_on_executors``: the source's snapshot chunks are read by Spark tasks
+    (``sources.postgres.remote_copy``); nothing without a Spark session (the local engine)."""
+    if not cfg.spark.snapshot_on_executors or spark is None or not hasattr(source, "chunk_runner"):
+        return
+    from spark.remote_call import run_on_executor
+
+    source.chunk_runner = functools.partial(run_on_executor, spark)
 
 
 def default_writer_id() -> str:
