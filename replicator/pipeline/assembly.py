@@ -73,6 +73,7 @@ def executor_chunk_reads(cfg: RunConfig, source: ChangeSource, spark: Any) -> No
     from spark.remote_call import run_on_executor
 
     source.chunk_runner = functools.partial(run_on_executor, spark)
+    source.chunks_per_task = cfg.spark.snapshot_chunks_per_task
 
 
 def default_writer_id() -> str:

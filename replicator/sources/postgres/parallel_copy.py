@@ -30,6 +30,7 @@ from psycopg import sql as pgsql
 
 T = TypeVar("T")
 W = TypeVar("W")  # what reads a range: a helper connection, or a slot for a remote task
+Q = TypeVar("Q")  # a range: its WHERE clause, or several of them (``remote_copy``)
 Key = tuple[str | None, ...]
 
 
@@ -82,8 +83,8 @@ def key_ranges(
 
 def read_in_order(
     helpers: Sequence[W],
-    ranges: Iterator[tuple[str, bool]],
-    read: Callable[[W, str], T | None],
+    ranges: Iterator[tuple[Q, bool]],
+    read: Callable[[W, Q], T | None],
 ) -> Iterator[tuple[T, bool]]:
     """``read(helper, where)`` of every range on the helpers, up to one per helper at once,
     yielded in range order (None results, empty ranges, skipped). Stopping early (closing
@@ -92,7 +93,7 @@ def read_in_order(
     for conn in helpers:
         free.put(conn)
 
-    def task(where: str) -> T | None:
+    def task(where: Q) -> T | None:
         conn = free.get()  # never waits: no more tasks in flight than helpers
         try:
             return read(conn, where)

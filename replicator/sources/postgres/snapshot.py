@@ -345,18 +345,13 @@ class SnapshotReader:
             data = copy_out(conn, sql(where))
             return parse_chunk(layout, data, key_idx, self.big_row_chars) if data else None
 
-        def read_remote(_slot: int, where: str) -> ParsedChunk | None:
-            assert remote is not None
-            return remote.read(t.qualified, sql(where), layout, key_idx, self.big_row_chars)
-
         upto = self.repeats.get(t.qualified)
         ranges = key_ranges(
             self.conn, source, keys, n, self.last_key, upto, t.qualified in self.repeats
         )
-        remote = self.remote
         reads = (
-            read_in_order(range(remote.slots), ranges, read_remote) if remote is not None
-            else read_in_order(self.helpers, ranges, read)
+            self.remote.chunks(t.qualified, ((sql(w), rep) for w, rep in ranges), layout, key_idx, self.big_row_chars)
+            if self.remote is not None else read_in_order(self.helpers, ranges, read)
         )  # fmt: skip
         for parsed, repeats in reads:
             chunk = self._copy_chunk(t, layout, names, key_idx, parsed)

@@ -63,6 +63,7 @@ class PgSnapshotPhase:
     # Runs a COPY chunk's read as a task elsewhere (``remote_copy``; set by the pipeline
     # with ``spark.snapshot_on_executors``): chunks are then read by executors.
     chunk_runner: ChunkRunner | None = None
+    chunks_per_task: int = 1  # consecutive chunks one such task reads
     dsn: str
     progress: bool | None
     poll_max_messages: int
@@ -139,7 +140,9 @@ class PgSnapshotPhase:
             # The reader's own export, not the slot's: tasks import it whenever they start,
             # and the slot's dies with its session (``remote_copy``).
             name = export_snapshot(reader.conn)
-            reader.remote = RemoteReads(self.chunk_runner, self.dsn, name, self.snapshot_connections)
+            reader.remote = RemoteReads(
+                self.chunk_runner, self.dsn, name, self.snapshot_connections, self.chunks_per_task
+            )
         elif self.snapshot_connections > 1 and reader.layouts:
             # Opened and inside the snapshot now: the slot's exporting session is still open.
             reader.share([self._connect() for _ in range(self.snapshot_connections)], snapshot_name)

@@ -25,8 +25,10 @@ from replicator.sources.postgres.copy_chunks import CopyLayout
 from replicator.sources.postgres.remote_copy import (
     ChunkRead,
     ChunkTask,
+    RemoteReads,
+    export_snapshot,
     raise_read_error,
-    read_chunk,
+    read_chunks,
 )
 
 Sql = Callable[..., Any]
@@ -52,7 +54,7 @@ class PickledRunner:
 
 
 def _read(make_source: Make, tmp_path: Path, chunk: int, *, remote: bool, blocks: bool = False,
-          conns: int = 2, **kw: Any) -> tuple[Any, list[ChangeEvent]]:  # fmt: skip
+          conns: int = 2, per_task: int = 1, **kw: Any) -> tuple[Any, list[ChangeEvent]]:  # fmt: skip
     src = make_source(
         slot=f"s_{int(remote)}_{int(blocks)}", snapshot_chunk_rows=chunk, snapshot_connections=conns,
         dead_letters=DeadLetterSink(tmp_path / f"dead-{remote}-{blocks}.jsonl"), **kw,
@@ -60,6 +62,7 @@ def _read(make_source: Make, tmp_path: Path, chunk: int, *, remote: bool, blocks
     src.snapshot_blocks = blocks
     if remote:
         src.chunk_runner = PickledRunner()
+        src.chunks_per_task = per_task
     src.start(Checkpoints.at({}))
     events: list[ChangeEvent] = []
     while src.snapshot_in_progress:
@@ -67,26 +70,29 @@ def _read(make_source: Make, tmp_path: Path, chunk: int, *, remote: bool, blocks
     return src, events
 
 
-@pytest.mark.parametrize("chunk", [4, 1000])
+@pytest.mark.parametrize(("chunk", "per_task"), [(4, 1), (4, 3), (1000, 8)])
 def test_remote_chunks_equal_the_driver_path(
-    sql: Sql, make_source: Make, tmp_path: Path, chunk: int
+    sql: Sql, make_source: Make, tmp_path: Path, chunk: int, per_task: int
 ) -> None:
     _load(sql)
     driver_src, driver = _read(make_source, tmp_path, chunk, remote=False)
-    remote_src, remote = _read(make_source, tmp_path, chunk, remote=True)
+    remote_src, remote = _read(make_source, tmp_path, chunk, remote=True, per_task=per_task)
     runner = remote_src.chunk_runner
-    assert (
-        runner.calls >= (2 if chunk == 4 else 1) and not remote_src._snap.helpers
-    )  # executors, no helper connections
+    assert runner.calls >= (2 if chunk == 4 else 1)
+    assert not remote_src._snap.helpers  # no helper connections: the tasks read
+    assert max(len(t.copy_sqls) for t in runner.tasks) == (per_task if chunk == 4 else 1)
     assert "dsn" not in repr(runner.tasks[0]) and "password" not in repr(runner.tasks[0])
     assert any(isinstance(e.after, BlockRow) for e in remote) == (chunk == 4)
     assert _rows(remote) == _rows(driver)
     assert [e.schema_ for e in remote] == [e.schema_ for e in driver]
+    end = 10**9
     assert remote_src._snap.boundaries.resume_point(
-        10**9
-    ) == driver_src._snap.boundaries.resume_point(10**9)
-    assert sum(remote_src._snap.remote.readers.values()) == runner.calls  # each read named
-    block_src, blocks = _read(make_source, tmp_path, chunk, remote=True, blocks=True)
+        end
+    ) == driver_src._snap.boundaries.resume_point(end)
+    assert sum(remote_src._snap.remote.readers.values()) >= runner.calls  # each read named
+    block_src, blocks = _read(
+        make_source, tmp_path, chunk, remote=True, blocks=True, per_task=per_task
+    )
     assert any(isinstance(e, BlockEvent) for e in blocks) == (chunk == 4)
     assert _rows(row_events(blocks)) == _rows(driver)
     assert block_src.stats.snapshot_rows == len(driver)
@@ -126,14 +132,35 @@ def test_remote_resume_after_a_kill(sql: Sql, make_source: Make, tmp_path: Path)
     assert every == {(a, b): f"{a}/{b}" for a, b in keys}
 
 
+LAYOUT = CopyLayout(("id",), ("long",), (int,), ("id",))
+GOOD = "COPY (SELECT g, g::text FROM generate_series({}, {}) g) TO STDOUT (FORMAT csv)"
+
+
 def test_a_task_error_is_the_drivers_psycopg_class(pg_dsn: str) -> None:
-    layout = CopyLayout(("id",), ("long",), (int,), ("id",))
-    task = ChunkTask(pg_dsn, "00000003-0000001B-1", "COPY (SELECT 1) TO STDOUT (FORMAT csv)",
-                     layout, (0,), 1 << 62, "public.t", 1)  # fmt: skip
-    got = read_chunk(task)
+    task = ChunkTask(pg_dsn, "00000003-0000001B-1", (GOOD.format(1, 3),), LAYOUT, (0,), 1 << 62)
+    [got] = read_chunks(task)
     assert isinstance(got, ChunkRead) and got.parsed is None and got.error is not None
     assert got.reader  # who met it
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         raise_read_error(got.error)
     with pytest.raises(psycopg.OperationalError, match="gone"):
         raise_read_error(("OperationalError", None, "server gone"))
+
+
+def test_chunks_before_a_tasks_error_are_handed_on_first(pg_dsn: str) -> None:
+    """A task's chunks come in order; its error is raised after the chunks read before it,
+    as the driver's own read would have handed them on before failing."""
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        name = export_snapshot(conn)
+        remote = RemoteReads(PickledRunner(), pg_dsn, name, slots=2, per_task=2)
+        statements = iter([(GOOD.format(1, 3), True), (GOOD.format(4, 5), False),
+                           (GOOD.format(6, 6), False), ("COPY (SELECT 1/0, '') TO STDOUT (FORMAT csv)", False),
+                           (GOOD.format(7, 9), False)])  # fmt: skip
+        got: list[tuple[int, bool]] = []
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            for parsed, repeats in remote.chunks("public.t", statements, LAYOUT, (0,), 1 << 62):
+                assert parsed.block is not None
+                got += [(v, repeats) for v in parsed.block.column("id").to_pylist()]
+        assert got == [(1, True), (2, True), (3, True), (4, False), (5, False), (6, False)]
+        assert sum(remote.readers.values()) == 3
