@@ -68,7 +68,9 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
 def executor_chunk_reads(cfg: RunConfig, source: ChangeSource, spark: Any) -> None:
     """``spark.snapshot_on_executors``: the source's snapshot chunks are read by Spark tasks
     (``sources.postgres.remote_copy``); nothing without a Spark session (the local engine)."""
-    if not cfg.spark.snapshot_on_executors or spark is None or not hasattr(source, "chunk_runner"):
+    from replicator.sources.postgres.snapshot_phase import PgSnapshotPhase
+
+    if not cfg.spark.snapshot_on_executors or spark is None or not isinstance(source, PgSnapshotPhase):
         return
     from spark.remote_call import run_on_executor
 
