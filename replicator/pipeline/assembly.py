@@ -68,11 +68,13 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
 def executor_chunk_reads(cfg: RunConfig, source: ChangeSource, spark: Any) -> None:
     """``spark.snapshot_on_executors``: the source's snapshot chunks are read by Spark tasks
     (``sources.postgres.remote_copy``); nothing without a Spark session (the local engine)."""
-    from replicator.sources.postgres.snapshot_phase import PgSnapshotPhase
-
-    if not cfg.spark.snapshot_on_executors or spark is None or not isinstance(source, PgSnapshotPhase):
+    if not cfg.spark.snapshot_on_executors or spark is None:
         return
+    from replicator.sources.postgres.snapshot_phase import PgSnapshotPhase
     from spark.remote_call import run_on_executor
+
+    if not isinstance(source, PgSnapshotPhase):
+        return
 
     source.chunk_runner = functools.partial(run_on_executor, spark)
     source.chunks_per_task = cfg.spark.snapshot_chunks_per_task
