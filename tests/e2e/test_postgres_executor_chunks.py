@@ -91,7 +91,9 @@ def test_snapshot_chunks_read_by_both_executors_of_a_cluster(tmp_path: Path, pg_
     seed(pg_db, 60_000)  # big: six chunks of 10,000 rows (the default chunk)
     with PrivateSparkCluster(tmp_path / "cluster", workers=2) as cluster:
         cfg = _on_executors(
+            # One chunk per task: eight tasks, two at once, so both executors take some.
             write_config(tmp_path, pg_db, max_events=20_000), master=cluster.master_url,
+            snapshot_chunks_per_task=1,
             staging=(tmp_path / "shared-staging").as_uri(),
             conf={"spark.executor.cores": 1, "spark.executor.memory": "768m"},
         )  # fmt: skip
