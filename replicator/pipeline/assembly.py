@@ -4,12 +4,14 @@ lock that keeps one engine per state directory, and the column rules the reader 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from replicator.config import RunConfig, SourceConfig
 from replicator.errors import TerminalError
@@ -61,6 +63,21 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
             keyless_tables=src.keyless_tables,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
+
+
+def executor_chunk_reads(cfg: RunConfig, source: ChangeSource, spark: Any) -> None:
+    """``spark.snapshot_on_executors``: the source's snapshot chunks are read by Spark tasks
+    (``sources.postgres.remote_copy``); nothing without a Spark session (the local engine)."""
+    if not cfg.spark.snapshot_on_executors or spark is None:
+        return
+    from replicator.sources.postgres.snapshot_phase import PgSnapshotPhase
+    from spark.remote_call import run_on_executor
+
+    if not isinstance(source, PgSnapshotPhase):
+        return
+
+    source.chunk_runner = functools.partial(run_on_executor, spark)
+    source.chunks_per_task = cfg.spark.snapshot_chunks_per_task
 
 
 def default_writer_id() -> str:

@@ -29,7 +29,13 @@ from replicator.iceberg.tables import (
 from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
-from replicator.pipeline.assembly import build_source, column_policy, default_writer_id, state_lock
+from replicator.pipeline.assembly import (
+    build_source,
+    column_policy,
+    default_writer_id,
+    executor_chunk_reads,
+    state_lock,
+)
 from replicator.pipeline.batcher import Batcher
 from replicator.pipeline.catchup import CatchUp
 from replicator.pipeline.chunks import ChunkStore, SpilledTable
@@ -253,6 +259,7 @@ class Replicator:
         log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
         with state_lock(self.cfg.state_dir), run_thresholds():
             self._load_checkpoints()
+            executor_chunk_reads(self.cfg, self.source, self.env.spark)  # before the snapshot starts
             self.source.start(self.checkpoints)
             self.resnapshots.start(sorted(self.checkpoints.positions()))
             watcher = RetainedLogWatcher(

@@ -29,6 +29,8 @@ import psycopg
 from psycopg import sql as pgsql
 
 T = TypeVar("T")
+W = TypeVar("W")  # what reads a range: a helper connection, or a slot for a remote task
+Q = TypeVar("Q")  # a range: its WHERE clause, or several of them (``remote_copy``)
 Key = tuple[str | None, ...]
 
 
@@ -80,18 +82,18 @@ def key_ranges(
 
 
 def read_in_order(
-    helpers: Sequence[psycopg.Connection[Any]],
-    ranges: Iterator[tuple[str, bool]],
-    read: Callable[[psycopg.Connection[Any], str], T | None],
+    helpers: Sequence[W],
+    ranges: Iterator[tuple[Q, bool]],
+    read: Callable[[W, Q], T | None],
 ) -> Iterator[tuple[T, bool]]:
     """``read(helper, where)`` of every range on the helpers, up to one per helper at once,
     yielded in range order (None results, empty ranges, skipped). Stopping early (closing
     the generator) cancels the ranges not started and waits for the reads in flight."""
-    free: queue.SimpleQueue[psycopg.Connection[Any]] = queue.SimpleQueue()
+    free: queue.SimpleQueue[W] = queue.SimpleQueue()
     for conn in helpers:
         free.put(conn)
 
-    def task(where: str) -> T | None:
+    def task(where: Q) -> T | None:
         conn = free.get()  # never waits: no more tasks in flight than helpers
         try:
             return read(conn, where)

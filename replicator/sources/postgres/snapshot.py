@@ -63,6 +63,7 @@ from replicator.sources.postgres.copy_out import copy_out
 from replicator.sources.postgres.parallel_copy import key_ranges, read_in_order, share_snapshot
 from replicator.sources.postgres.pgoutput import str_to_lsn
 from replicator.sources.postgres.position import PgPosition
+from replicator.sources.postgres.remote_copy import RemoteReads
 from replicator.sources.postgres.setup import TableInfo, quote_ident
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ class SnapshotReader:
     # More connections in the same snapshot (``parallel_copy``): COPY chunks are then read by
     # them, several at once; none: by ``conn``, one chunk read ahead.
     helpers: list[psycopg.Connection[Any]] = field(default_factory=list)
+    # Chunks read by tasks elsewhere (``remote_copy``: Spark executors) instead of helpers.
+    remote: RemoteReads | None = None
 
     def begin(self, snapshot_name: str | None) -> int | None:
         """Open the snapshot: the slot's exported one (returns None), or a fresh one; then
@@ -283,7 +286,7 @@ class SnapshotReader:
         upto = self.repeats.get(t.qualified)
         repeating = t.qualified in self.repeats
 
-        if self.helpers:
+        if self.helpers or self.remote is not None:
             yield from self._parallel_copy_chunks(t, layout, names, key_idx, f"{only}{t.sql}", select)
             return
 
@@ -329,21 +332,28 @@ class SnapshotReader:
         self, t: TableInfo, layout: CopyLayout, names: tuple[str, ...],
         key_idx: tuple[int, ...], source: str, select: str,
     ) -> Iterator[Chunk]:  # fmt: skip
-        """The table's chunks read by the helpers, several at once, handed on in key order
-        (``parallel_copy``); the same chunks, boundaries and repeat flags as ``conn`` alone."""
+        """The table's chunks read by the helpers (or by remote tasks, ``remote_copy``),
+        several at once, handed on in key order (``parallel_copy``); the same chunks,
+        boundaries and repeat flags as ``conn`` alone."""
         keys = [quote_ident(k) for k in t.key_columns]
         order, n = ", ".join(keys), int(self.chunk_rows)
 
+        def sql(where: str) -> str:
+            return f"COPY (SELECT {select} FROM {source}{where} ORDER BY {order} LIMIT {n}) TO STDOUT (FORMAT csv)"
+
         def read(conn: psycopg.Connection[Any], where: str) -> ParsedChunk | None:
-            sql = f"COPY (SELECT {select} FROM {source}{where} ORDER BY {order} LIMIT {n}) TO STDOUT (FORMAT csv)"
-            data = copy_out(conn, sql)
+            data = copy_out(conn, sql(where))
             return parse_chunk(layout, data, key_idx, self.big_row_chars) if data else None
 
         upto = self.repeats.get(t.qualified)
         ranges = key_ranges(
             self.conn, source, keys, n, self.last_key, upto, t.qualified in self.repeats
         )
-        for parsed, repeats in read_in_order(self.helpers, ranges, read):
+        reads = (
+            self.remote.chunks(t.qualified, ((sql(w), rep) for w, rep in ranges), layout, key_idx, self.big_row_chars)
+            if self.remote is not None else read_in_order(self.helpers, ranges, read)
+        )  # fmt: skip
+        for parsed, repeats in reads:
             chunk = self._copy_chunk(t, layout, names, key_idx, parsed)
             chunk.repeats = repeats
             self.next_seq += len(chunk)

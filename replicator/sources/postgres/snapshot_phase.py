@@ -40,6 +40,7 @@ from replicator.sources.postgres.frontier import (
     resumed_repeats,
     whole_tables_unless_copied,
 )
+from replicator.sources.postgres.remote_copy import ChunkRunner, RemoteReads, export_snapshot
 from replicator.sources.postgres.snapshot import Chunk, SnapshotReader, SnapshotState, table_columns
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import ValueConversionError
@@ -59,6 +60,11 @@ class PgSnapshotPhase:
     # Hand a chunk read by COPY out as ONE event (``events.block.BlockEvent``) instead of one
     # per row: set by a consumer that takes block events (``pipeline.reader.SourceReader``).
     snapshot_blocks: bool = False
+    # Runs a COPY chunk's read as a task elsewhere (``remote_copy``; set by the pipeline
+    # with ``spark.snapshot_on_executors``): chunks are then read by executors.
+    chunk_runner: ChunkRunner | None = None
+    chunks_per_task: int = 1  # consecutive chunks one such task reads
+    dsn: str
     progress: bool | None
     poll_max_messages: int
     replay: ReplayWindow
@@ -130,7 +136,14 @@ class PgSnapshotPhase:
             if layout is not None and t.key_columns:
                 reader.layouts[t.qualified] = layout
         reader.big_row_chars = ROW_CACHE_MIN_CHARS
-        if self.snapshot_connections > 1 and reader.layouts:
+        if self.chunk_runner is not None and reader.layouts:
+            # The reader's own export, not the slot's: tasks import it whenever they start,
+            # and the slot's dies with its session (``remote_copy``).
+            name = export_snapshot(reader.conn)
+            reader.remote = RemoteReads(
+                self.chunk_runner, self.dsn, name, self.snapshot_connections, self.chunks_per_task
+            )
+        elif self.snapshot_connections > 1 and reader.layouts:
             # Opened and inside the snapshot now: the slot's exporting session is still open.
             reader.share([self._connect() for _ in range(self.snapshot_connections)], snapshot_name)
         reader.repeats = whole_tables_unless_copied(reader.repeats, reader.layouts)
@@ -230,6 +243,8 @@ class PgSnapshotPhase:
 
     def _end_snapshot(self) -> None:
         assert self._snap is not None
+        if self._snap.remote is not None:
+            log.info("snapshot chunks read per executor: %s", dict(sorted(self._snap.remote.readers.items())))
         self._snap.finish()
         self._snap_read_all = True
         with self._lock:
