@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import tempfile
 import time
@@ -51,12 +52,11 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=150_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workloads", default="snapshot,mixed")
+    ap.add_argument("--configs", default="[{}]",
+                    help='JSON list of MySQLSource keyword sets, run interleaved, e.g. '
+                    '\'[{}, {"change_blocks": 16}]\'')  # fmt: skip
     args = ap.parse_args()
-    kw: dict[str, Any] = {}
-    if os.environ.get("MYSQL_BENCH_SOURCE"):
-        import json
-
-        kw = json.loads(os.environ["MYSQL_BENCH_SOURCE"])
+    configs: list[dict[str, Any]] = json.loads(args.configs)
     base = Path(tempfile.mkdtemp(prefix="rp-mysrc-", dir="/tmp"))
     with PrivateMariaDB(base / "main", template=install_template(base / "template")) as db:
         todo = args.workloads.split(",")
@@ -66,13 +66,16 @@ def main() -> None:
             conn = db.connect(db="snapshot")
             W.MySQLApplier(conn, w).create()
             for _ in range(args.repeat):
-                src = _source(db, "snapshot", ["snap"], base, **kw)
-                t = time.perf_counter()
-                src.start(Checkpoints())
-                n = _drain(src)
-                dt = time.perf_counter() - t
-                src.close()
-                print(f"snapshot: {n:,} rows in {dt:.2f}s = {n / dt:,.0f} rows/s", flush=True)
+                for kw in configs:
+                    src = _source(db, "snapshot", ["snap"], base, **kw)
+                    t = time.perf_counter()
+                    src.start(Checkpoints())
+                    n = _drain(src)
+                    dt = time.perf_counter() - t
+                    src.close()
+                    print(
+                        f"snapshot {kw}: {n:,} rows in {dt:.2f}s = {n / dt:,.0f} rows/s", flush=True
+                    )
         if "mixed" in todo:
             w = W.mixed(args.events, seed=42)
             db.execute("CREATE DATABASE mixed")
@@ -82,18 +85,19 @@ def main() -> None:
             names = [t.name for t in w.tables]
             srcs = []
             for _ in range(args.repeat):
-                src = _source(db, "mixed", names, base, **kw)
-                src.start(Checkpoints())
-                _drain(src)  # the initial snapshot, not measured
-                srcs.append(src)
+                for kw in configs:
+                    src = _source(db, "mixed", names, base, **kw)
+                    src.start(Checkpoints())
+                    _drain(src)  # the initial snapshot, not measured
+                    srcs.append((kw, src))
             for tx in w.plan:
                 app.apply(tx)
-            for src in srcs:
+            for kw, src in srcs:
                 t = time.perf_counter()
                 n = _drain(src)
                 dt = time.perf_counter() - t
                 src.close()
-                print(f"mixed: {n:,} events in {dt:.2f}s = {n / dt:,.0f} events/s", flush=True)
+                print(f"mixed {kw}: {n:,} events in {dt:.2f}s = {n / dt:,.0f} events/s", flush=True)
     print(f"load {os.getloadavg()}")
 
 

@@ -184,6 +184,26 @@ def compile_table(columns: Sequence[Any], defs: Sequence[ColumnDef]) -> RowImage
     return RowImageDecoder([d.name for d in defs], plans)
 
 
+def column_signature(c: Any) -> tuple[Any, ...]:
+    """What a table-map column's engine type and row format (``compile_table``) depend on:
+    equal signatures, one decoder."""
+    return (
+        c.name,
+        c.type,
+        c.unsigned,
+        c.character_set_name,
+        getattr(c, "max_length", None),
+        getattr(c, "precision", None),
+        getattr(c, "decimals", None),
+        getattr(c, "fsp", None),
+        getattr(c, "bits", None),
+        getattr(c, "length_size", None),  # the row format needs these two,
+        getattr(c, "size", None),  # the engine types do not
+        tuple(c.enum_values or ()),
+        tuple(c.set_values or ()),
+    )
+
+
 def _fixed(width: int, fn: Decode) -> ColumnPlan:
     return ColumnPlan("fixed", width, fn)
 
