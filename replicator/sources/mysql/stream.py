@@ -413,16 +413,16 @@ class BinlogStream:
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
             return
+        if rel.decoder is not None:  # decodes only whole images (its ``full``)
+            fast = self._fast_rows(ev, rel.decoder)
+            if fast is not None:
+                yield from self._decoded(ev, fast, rel, tx, base, threshold)
+                return
         if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
             if not rel.keyless:  # missing columns would be written as NULLs
                 raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
             yield from self._hold(not_full_items(ev, rel.table, rel.schema, tx, base, threshold, self.stats))
             return
-        if rel.decoder is not None:
-            fast = self._fast_rows(ev, rel.decoder)
-            if fast is not None:
-                yield from self._decoded(ev, fast, rel, tx, base, threshold)
-                return
         yield from self._library_rows(ev, rel, tx, base, threshold)
 
     def _library_rows(
