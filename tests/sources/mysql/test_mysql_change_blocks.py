@@ -78,7 +78,7 @@ def _canonical(events: list[ChangeEvent]) -> list[tuple[Any, ...]]:
         key = None
         if e.op is Op.UPDATE and e.before is not None:  # a block 'u' has none: its key is kept
             key = tuple(e.before[k] for k in e.schema_.key_columns)  # type: ignore[union-attr]
-            if e.after is not None and key == tuple(e.after[k] for k in e.schema_.key_columns):  # type: ignore[union-attr,index]
+            if e.after is not None and key == tuple(e.after[k] for k in e.schema_.key_columns):  # type: ignore[union-attr]
                 key = None
         before = dict(e.before) if e.op is Op.DELETE and e.before is not None else None
         after = dict(e.after) if e.after is not None else None
