@@ -233,6 +233,11 @@ class MySQLSourceConfig(_DatabaseSource):
         "directly (other types and special values go the library way); 'library': "
         "mysql-replication decodes every row (the reference path, slower)",
     )
+    change_blocks: int = Field(
+        0, ge=0, description="experimental: a binlog rows event of at least this many inserts "
+        "(or of updates that keep their key) that the fast row decoder reads is carried as one "
+        "block of rows (values, positions and dead letters as row by row); 0: off",
+    )
 
     @property
     def location(self) -> str:

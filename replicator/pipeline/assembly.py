@@ -60,7 +60,7 @@ def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
         return MySQLSource(
             src.dsn, dead_letters=dead_letters, server_id=src.server_id, tables=src.tables,
             state_dir=cfg.state_dir, zero_dates=src.zero_dates, row_decoder=src.row_decoder,
-            keyless_tables=src.keyless_tables,
+            keyless_tables=src.keyless_tables, change_blocks=src.change_blocks,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
 

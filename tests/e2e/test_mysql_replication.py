@@ -47,16 +47,19 @@ def test_snapshot_then_stream_equals_source(
     assert counts["pk_update"] > 0 and counts["delete"] > 0, counts
 
 
+@pytest.mark.parametrize("change_blocks", [0, 2], ids=["rows", "blocks"])
 def test_transactions_larger_than_a_batch_and_multi_table_statements(
-    tmp_path: Path, mysql_db: MySQLDb, spark: Any  # noqa: F811
+    tmp_path: Path, mysql_db: MySQLDb, spark: Any, change_blocks: int  # noqa: F811
 ) -> None:
     """One transaction of ~45k row changes over two tables (more than a batch and than one
-    source poll), and a multi-table UPDATE (rows events of two tables from one statement)."""
+    source poll), and a multi-table UPDATE (rows events of two tables from one statement);
+    also with rows events as blocks (``source.change_blocks``: inserts and key-keeping
+    updates as blocks split across batches, key moves and deletes row by row)."""
     conn = mysql_db.connect()
     try:
         seed(conn, 2000)
         cfg_path = write_config(tmp_path, mysql_db.dsn, server_id=mysql_db.server_id,
-                                max_events=4000)
+                                max_events=4000, change_blocks=change_blocks)
         Replicator(load(cfg_path), engine="spark", spark=spark).run(until_idle=True)
         with conn.cursor() as cur:
             conn.begin()

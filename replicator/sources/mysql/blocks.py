@@ -39,7 +39,7 @@ _PY_TYPES: dict[str, frozenset[type]] = {
 }
 _DECIMAL = frozenset({Decimal})
 _NONE = type(None)
-_REFUSED = (
+REFUSED = (
     ValueError,
     TypeError,
     ArithmeticError,
@@ -54,7 +54,7 @@ def block_arrow_type(engine: str) -> pa.DataType:
     return pa.float64() if engine == "float" else arrow_type(engine)
 
 
-def _column(values: Sequence[Any], engine: str) -> pa.Array | None:
+def column_array(values: Sequence[Any], engine: str) -> pa.Array | None:
     allowed = _DECIMAL if parse_decimal(engine) is not None else _PY_TYPES.get(engine)
     if allowed is None:
         return None
@@ -85,10 +85,10 @@ def chunk_block(
         for i, values in enumerate(zip(*rows, strict=True)):
             conv = convert.get(i)
             col = values if conv is None else [None if v is None else conv(v) for v in values]
-            arr = _column(col, engines[i])
+            arr = column_array(col, engines[i])
             if arr is None:
                 return None
             arrays.append(arr)
-    except _REFUSED:  # ZeroDate included: the row path applies the zero-date policy
+    except REFUSED:  # ZeroDate included: the row path applies the zero-date policy
         return None
     return RowBlock(pa.Table.from_arrays(arrays, names=list(names)))

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pymysql
 from pymysql.connections import MysqlPacket, MySQLResult
-from pymysql.constants import COMMAND
+from pymysql.constants import COMMAND, CR
 from pymysql.converters import convert_date, convert_datetime
 
 from replicator.events.block import RowBlock
@@ -46,6 +47,62 @@ class _PacketResult(MySQLResult):  # type: ignore[misc]
 
     def _read_row_from_packet(self, packet: Any) -> Any:
         return packet._data
+
+    def _read_rowdata_packet(self) -> None:
+        """The row packets, framed here: pymysql's ``_read_packet`` builds a packet object
+        and runs its checks per row (most of a chunk's read time). Same wire rules: sequence
+        numbers checked, a 16 MiB payload continued by the next packet, an error packet
+        raised, the EOF packet read by pymysql's own code."""
+        self.rows = tuple(_read_rows(self))
+        self.affected_rows = len(self.rows)
+        self.connection = None  # as pymysql: no cyclic reference
+
+
+_MAX_PACKET = 0xFFFFFF
+
+
+def _read_rows(result: MySQLResult) -> list[bytes]:
+    conn = result.connection
+    read = conn._rfile.read
+    seq = conn._next_seq_id
+    rows: list[bytes] = []
+    append = rows.append
+    try:
+        while True:
+            head = read(4)
+            if len(head) < 4:
+                raise ConnectionError("short read")
+            if head[3] != seq:  # pymysql's errors for it
+                conn._force_close()
+                if head[3] == 0:  # MariaDB's error packet at shutdown
+                    raise pymysql.err.OperationalError(
+                        CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                    )
+                raise pymysql.err.InternalError(
+                    f"Packet sequence number wrong - got {head[3]} expected {seq}"
+                )
+            seq = (seq + 1) & 0xFF
+            n = head[0] | head[1] << 8 | head[2] << 16
+            data = read(n)
+            if len(data) < n:
+                raise ConnectionError("short read")
+            if n == _MAX_PACKET:  # continued by the next packet(s)
+                conn._next_seq_id = seq
+                data += conn._read_packet()._data
+                seq = conn._next_seq_id
+            elif n < 9 and n and data[0] == 0xFE:  # EOF
+                conn._next_seq_id = seq
+                result._check_packet_is_eof(MysqlPacket(data, conn.encoding))
+                return rows
+            if n and data[0] == 0xFF:
+                conn._next_seq_id = seq
+                MysqlPacket(data, conn.encoding).raise_for_error()
+            append(data)
+    except OSError as exc:
+        conn._force_close()
+        raise pymysql.err.OperationalError(
+            CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})"
+        ) from None
 
 
 class RawChunk:

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
+from decimal import Decimal
 from typing import Any
 
 from pymysql.charset import charset_by_name
@@ -50,7 +50,6 @@ class ColumnPlan:
 
 
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-_EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)  # Decimal.scaleb without rounding
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # packed decimal: bytes for 0..9 leftover digits
 _FSP_BYTES = (0, 1, 1, 2, 2, 3, 3)
 _TIME2_SCALE = (0, 10000, 100, 1)  # TIME2 fraction bytes -> microseconds per unit
@@ -121,8 +120,12 @@ def _generate(names: tuple[str, ...], plans: tuple[ColumnPlan, ...]) -> Any:
     ns: dict[str, Any] = {"names": names, "int_from_bytes": int.from_bytes}
     n = len(plans)
     nbytes = (n + 7) // 8
+    # Column names as default arguments: the row is a dict display of locals (about a third
+    # of dict(zip(names, values))).
+    ns.update({f"name{i}": name for i, name in enumerate(names)})
+    keys = "".join(f", k{i}=name{i}" for i in range(n))
     body = [
-        "def image(b, o):",
+        f"def image(b, o{keys}):",
         f"    nulls = int_from_bytes(b[o:o + {nbytes}], 'little') & {(1 << n) - 1}",
         f"    o += {nbytes}",
         "    if not nulls:",
@@ -147,7 +150,7 @@ def _generate(names: tuple[str, ...], plans: tuple[ColumnPlan, ...]) -> Any:
         body.append(f"            v{i} = None")
         body.append("        else:")
         body += ["            " + ln for ln in _read(i, plan, ns)]
-    body.append(f"    return dict(zip(names, ({''.join(f'v{i}, ' for i in range(n))}))), o")
+    body.append(f"    return {{{', '.join(f'k{i}: v{i}' for i in range(n))}}}, o")
     exec(compile("\n".join(body), "<rowimage>", "exec"), ns)  # noqa: S102 - generated above
     return ns["image"]
 
@@ -182,6 +185,26 @@ def compile_table(columns: Sequence[Any], defs: Sequence[ColumnDef]) -> RowImage
     except Unsupported:
         return None
     return RowImageDecoder([d.name for d in defs], plans)
+
+
+def column_signature(c: Any) -> tuple[Any, ...]:
+    """What a table-map column's engine type and row format (``compile_table``) depend on:
+    equal signatures, one decoder."""
+    return (
+        c.name,
+        c.type,
+        c.unsigned,
+        c.character_set_name,
+        getattr(c, "max_length", None),
+        getattr(c, "precision", None),
+        getattr(c, "decimals", None),
+        getattr(c, "fsp", None),
+        getattr(c, "bits", None),
+        getattr(c, "length_size", None),  # the row format needs these two,
+        getattr(c, "size", None),  # the engine types do not
+        tuple(c.enum_values or ()),
+        tuple(c.set_values or ()),
+    )
 
 
 def _fixed(width: int, fn: Decode) -> ColumnPlan:
@@ -257,22 +280,22 @@ def _decimal(precision: int, scale: int) -> ColumnPlan:
             segments.append((shift, (1 << (8 * nbytes)) - 1, weight))
             shift += 8 * nbytes
             weight *= 10**digits
-    segs = tuple(segments)
+    # The unscaled integer from the segments in one generated expression (numbers only).
+    unscaled = eval(  # noqa: S307 - built from integers above
+        "lambda raw: " + " + ".join(f"((raw >> {sh}) & {m}) * {w}" for sh, m, w in segments or [(0, 0, 0)])
+    )
     as_text = precision > MAX_DECIMAL_PRECISION  # engine type string (types.py)
-    exact = _EXACT
+    exp = f"E-{scale}"  # Decimal("<n>E-<scale>"): n * 10**-scale exactly, exponent -scale
 
     def dec(b: bytes, o: int) -> Any:
         raw = int.from_bytes(b[o : o + width], "big")
         neg = not raw & top
-        raw ^= invert if neg else top
-        n = 0
-        for sh, mask, w in segs:
-            n += ((raw >> sh) & mask) * w
+        n = unscaled(raw ^ (invert if neg else top))
         if neg:
             if not n:
                 raise Fallback("negative zero")  # the library keeps the sign: not worth it
             n = -n
-        value = Decimal(n).scaleb(-scale, exact)
+        value = Decimal(f"{n}{exp}")
         return format(value, "f") if as_text else value
 
     return _fixed(width, dec)

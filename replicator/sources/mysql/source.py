@@ -132,6 +132,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         progress: bool | None = None,
         row_decoder: str = "fast",
         keyless_tables: Sequence[str] = (),
+        change_blocks: int = 0,
     ) -> None:
         super().__init__(dead_letters)
         if zero_dates not in ZERO_DATE_POLICIES:
@@ -146,6 +147,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         self.poll_max_events = poll_max_events
         self.zero_dates = zero_dates
         self.fast_rows = row_decoder == "fast"
+        self.change_blocks = change_blocks  # BinlogStream.change_blocks
         self.progress = progress
         state = Path(state_dir) if state_dir else None
         self.snapshot_path = state / f"mysql-{server_id}.snapshot.json" if state else None
@@ -399,6 +401,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
                 self._last_out,
                 fast_rows=self.fast_rows,
                 keyless=self.keyless_tables,
+                change_blocks=self.change_blocks,
             )
             if self._incr is not None:
                 self._stream.at_boundary = self._incr.at_boundary

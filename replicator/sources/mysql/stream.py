@@ -35,10 +35,12 @@ from pymysqlreplication.row_event import (
 )
 
 from replicator.errors import SchemaChangeError, TerminalError
+from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.changeblock import key_kept, rows_block
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.framing import (
     event_offset,
@@ -47,8 +49,14 @@ from replicator.sources.mysql.framing import (
     opens_explicit_group,
 )
 from replicator.sources.mysql.keyless import full_images, not_full_error, not_full_items
+from replicator.sources.mysql.position import MYSQL
 from replicator.sources.mysql.retained import binlog_position
-from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder, compile_table
+from replicator.sources.mysql.rowimage import (
+    Fallback,
+    RowImageDecoder,
+    column_signature,
+    compile_table,
+)
 from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
 from replicator.sources.mysql.types import (
     RowConverter,
@@ -108,6 +116,7 @@ class BinlogStream:
         *,
         fast_rows: bool = True,
         keyless: frozenset[str] = frozenset(),
+        change_blocks: int = 0,
     ) -> None:
         self.params = params
         self.server_id = server_id
@@ -123,6 +132,7 @@ class BinlogStream:
         self.reached = resume  # everything logged before it was handed out (reached_now)
         self.converters: list[RowConverter] = []
         self.fast_rows = fast_rows
+        self.change_blocks = change_blocks  # rows events of >= this many rows as blocks; 0: off
         self.fast_events = 0  # rows events decoded by rowimage.py
         self.fallback_events = 0  # rows events with a decoder that went the library way
         self._file = resume[0]
@@ -290,29 +300,7 @@ class BinlogStream:
         key_idx = sorted(set(meta.simple_primary_key_list) | set(meta.primary_keys_with_prefix))
         keyless = table in self.keyless
         key_idx = [] if keyless else key_idx  # a key added later changes nothing (a multiset)
-        sig = (
-            table,
-            version,
-            tuple(key_idx),
-            tuple(
-                (
-                    c.name,
-                    c.type,
-                    c.unsigned,
-                    c.character_set_name,
-                    getattr(c, "max_length", None),
-                    getattr(c, "precision", None),
-                    getattr(c, "decimals", None),
-                    getattr(c, "fsp", None),
-                    getattr(c, "bits", None),
-                    getattr(c, "length_size", None),  # the row format (rowimage.py) needs
-                    getattr(c, "size", None),  # these two, the engine types do not
-                    tuple(c.enum_values or ()),
-                    tuple(c.set_values or ()),
-                )
-                for c in cols
-            ),
-        )
+        sig = (table, version, tuple(key_idx), tuple(map(column_signature, cols)))
         rel = self._rel_cache.get(sig)
         if rel is None:
             if any(c.name is None for c in cols):
@@ -425,16 +413,16 @@ class BinlogStream:
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
             return
+        if rel.decoder is not None:  # decodes only whole images (its ``full``)
+            fast = self._fast_rows(ev, rel.decoder)
+            if fast is not None:
+                yield from self._decoded(ev, fast, rel, tx, base, threshold)
+                return
         if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
             if not rel.keyless:  # missing columns would be written as NULLs
                 raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
             yield from self._hold(not_full_items(ev, rel.table, rel.schema, tx, base, threshold, self.stats))
             return
-        if rel.decoder is not None:
-            fast = self._fast_rows(ev, rel.decoder)
-            if fast is not None:
-                yield from self._decoded(ev, fast, rel, tx, base, threshold)
-                return
         yield from self._library_rows(ev, rel, tx, base, threshold)
 
     def _library_rows(
@@ -545,6 +533,11 @@ class BinlogStream:
         op = Op.CREATE if t is WriteRowsEvent else Op.UPDATE if t is UpdateRowsEvent else Op.DELETE
         ts_ms = ev.timestamp * 1000
         file, begin = tx.file, tx.begin
+        if 0 < self.change_blocks <= len(rows) and op is not Op.DELETE and not rel.keyless:
+            block = self._block(rows, op, rel, (file, begin, base), threshold)
+            if block is not None:  # held back like a row: after = the block, parts = its last row's
+                yield from self._hold([(table, op, None, block, (file, begin, base | len(rows) - 1), schema, ts_ms, tx_id)])  # fmt: skip
+                return
         for i, images in enumerate(rows):
             parts = (file, begin, base | i)
             if parts <= threshold:
@@ -581,8 +574,18 @@ class BinlogStream:
             self.stats.keyed_before_images += 1
             return key
 
+    def _block(self, rows: list[tuple[dict[str, Any], ...]], op: Op, rel: _Rel, first: Parts, threshold: tuple[Any, ...]) -> RowBlock | None:  # fmt: skip
+        """A rows event as one block (``changeblock.py``), or None: row by row (skips too)."""
+        if first <= threshold or rel.schema is None or (op is Op.UPDATE and not key_kept(rows, rel.key)):
+            return None
+        return rows_block(rows, 1 if op is Op.UPDATE else 0, rel.schema)
+
     def _emit(self, item: tuple[Any, ...], last: bool) -> ChangeEvent:
         table, op, before, after, parts, schema, ts_ms, tx_id = item
+        if type(after) is RowBlock:  # a rows event as one block (_decoded): its rows count
+            n = after.num_rows
+            self.stats.changes += n
+            return BlockEvent(table, schema, after, 0, n, MYSQL, parts[:2], parts[2] - n + 1, op, ts_ms, tx_id, last)  # fmt: skip
         self.stats.changes += 1
         return make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)
 

@@ -4,6 +4,7 @@ refuses sends the chunk the row path's way."""
 
 from __future__ import annotations
 
+import pymysql
 import pytest
 from mysql_testkit import TestDb
 
@@ -57,5 +58,32 @@ def test_wire_packets_parsed_column_wise_equal_pymysql(db: TestDb) -> None:
         assert len(raw) == 4 and raw.row(3)[22] == "0000-00-00"  # pymysql's text of a zero date
         assert raw.block(t.rows.names, [m.spec.type for m in t.mappings], t.rows.snapshot) is None
         assert raw.rows() == setup.query(conn, sql)
+    finally:
+        conn.close()
+
+
+@pytest.mark.integration
+def test_row_packets_framed_here_equal_pymysql_over_sequence_wrap_and_big_rows(db: TestDb) -> None:
+    """``_read_rows`` frames the row packets itself: over 256 rows (the sequence number
+    wraps), a row past 16 MiB (continued by a second packet) and NULLs, the packets are
+    pymysql's; the connection stays usable; an error packet mid-result raises pymysql's."""
+    db.sql("CREATE TABLE f (id INT PRIMARY KEY, v LONGBLOB)")
+    db.sql("SET GLOBAL max_allowed_packet = 67108864")  # for new sessions (the default: 16 MiB)
+    conn = db.connect()
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO f VALUES (%s, %s)",
+                        [(i, None if i % 7 == 0 else bytes([i % 256]) * (i % 50)) for i in range(600)])  # fmt: skip
+        cur.execute("INSERT INTO f VALUES (1000, REPEAT('z', 17000000))")
+    conn.commit()
+    try:
+        raw = RawChunk(conn, "SELECT id, v FROM f ORDER BY id", [])
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, v FROM f ORDER BY id")
+            want = list(cur.fetchall())
+        assert raw.rows() == want
+        assert len(raw) == 601 and len(raw.packets[-1]) > 0xFFFFFF
+        with pytest.raises(pymysql.err.MySQLError, match="more than 1 row"):  # after rows were sent
+            RawChunk(conn, "SELECT id, IF(id = 500, (SELECT 1 UNION SELECT 2), 1) FROM f "
+                     "WHERE id < 600 ORDER BY id", [])  # fmt: skip
     finally:
         conn.close()
