@@ -1,0 +1,348 @@
+"""The child side of ``source.reader_process``: the real source, read in a process of its own.
+
+The child builds the source from a picklable factory, starts it when told, then polls ahead
+of the engine and sends what each poll yields in chunks (the chunk boundaries are the
+reader thread's, ``pipeline.reader.CHUNK_EVENTS`` rows, so the state sent after a chunk is
+what the reader thread would have asked the source at that point). Every message costs one
+credit; the engine returns a credit per message it takes, so at most ``credits`` messages
+are in flight (memory stays bounded). While it waits for credits, or for the engine to ask
+again after an idle poll, the child keeps the server connection alive (``keepalive()``).
+
+It acknowledges only what the engine acknowledges, in the order the engine sent it; after a
+failed ``start`` or ``poll`` it reads no more but still takes acknowledgements until closed
+(the engine commits the complete transactions it got before the error, then acknowledges).
+Dead letters and log records go to the engine, which keeps them as if read in-process.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from replicator.checkpoint import ReplayWindow
+from replicator.events.block import row_count
+from replicator.events.deadletter import DeadLetter, DeadLetterSink
+from replicator.events.model import ChangeEvent, TableSchema
+from replicator.pipeline.reader import CHUNK_EVENTS
+from replicator.sources.base import ChangeSource, LogPosition
+from replicator.sources.observe import SourceObserver
+
+SourceFactory = Callable[[DeadLetterSink], ChangeSource]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What the engine reads from its source between calls, as the child last saw it."""
+
+    replay: ReplayWindow
+    fencing_token: int | None
+    source_id: str | None
+    snapshot_in_progress: bool
+    incremental_active: bool
+    reached: LogPosition | None
+
+
+def state_of(source: ChangeSource) -> SourceState:
+    return SourceState(
+        source.replay, source.fencing_token, source.source_id,
+        bool(getattr(source, "snapshot_in_progress", False)),
+        bool(getattr(source, "incremental_active", False)), source.reached_position(),
+    )  # fmt: skip
+
+
+class ForwardedLetters(DeadLetterSink):
+    """The child's dead-letter sink: letters are kept for the next message to the engine,
+    whose own sink redacts, counts and writes them (nothing is written in the child)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.pending: list[DeadLetter] = []
+
+    def put(self, letter: DeadLetter) -> None:
+        with self._lock:
+            self.pending.append(letter)
+
+    def take(self) -> list[DeadLetter]:
+        with self._lock:
+            out, self.pending = self.pending, []
+            return out
+
+
+class PollTally(SourceObserver):
+    """Sums what the child's polls spent reading and decoding, sent with each poll's end."""
+
+    def __init__(self) -> None:
+        self.read_s = self.decode_s = 0.0
+        self.nbytes = self.messages = 0
+
+    def read(self, seconds: float, nbytes: int) -> None:
+        self.read_s += seconds
+        self.nbytes += nbytes
+
+    def decoded(self, seconds: float, messages: int) -> None:
+        self.decode_s += seconds
+        self.messages += messages
+
+    def take(self) -> tuple[float, int, float, int]:
+        out = (self.read_s, self.nbytes, self.decode_s, self.messages)
+        self.read_s = self.decode_s = 0.0
+        self.nbytes = self.messages = 0
+        return out
+
+
+class SchemaSender:
+    """Pickles messages with each table schema sent once: events refer to it by number, so
+    the engine's events share one schema object per schema as in-process (caches keyed by
+    a schema's identity, e.g. ``events.columns``, stay small), and it is pickled once."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[int, int] = {}
+        self._kept: list[TableSchema] = []  # keeps ids unique while numbered
+
+    def dumps(self, msg: Any) -> tuple[bytes, list[TableSchema]]:
+        """``msg`` pickled, and the schemas it refers to that were not sent before."""
+        new: list[TableSchema] = []
+        numbers, kept = self._numbers, self._kept
+
+        class _P(pickle.Pickler):
+            def persistent_id(self, obj: Any) -> int | None:
+                if type(obj) is not TableSchema:
+                    return None
+                n = numbers.get(id(obj))
+                if n is None:
+                    n = numbers[id(obj)] = len(kept)
+                    kept.append(obj)
+                    new.append(obj)
+                return n
+
+        buf = io.BytesIO()
+        _P(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(msg)
+        return buf.getvalue(), new
+
+
+class SchemaReceiver:
+    """The engine's side of ``SchemaSender``."""
+
+    def __init__(self) -> None:
+        self.schemas: list[TableSchema] = []
+
+    def loads(self, data: bytes) -> Any:
+        schemas = self.schemas
+
+        class _U(pickle.Unpickler):
+            def persistent_load(self, pid: Any) -> TableSchema:
+                return schemas[int(pid)]
+
+        return _U(io.BytesIO(data)).load()
+
+
+def send_message(conn: Connection, codec: SchemaSender, msg: Any) -> None:
+    """``msg`` on ``conn``, preceded by the schemas it refers to that are new."""
+    data, new = codec.dumps(msg)
+    if new:
+        conn.send_bytes(pickle.dumps(("schemas", new), protocol=pickle.HIGHEST_PROTOCOL))
+    conn.send_bytes(data)
+
+
+def receive_message(conn: Connection, codec: SchemaReceiver) -> Any:
+    """The next message of ``send_message`` (schemas taken in on the way)."""
+    while True:
+        msg = codec.loads(conn.recv_bytes())
+        if msg[0] != "schemas":
+            return msg
+        codec.schemas.extend(msg[1])
+
+
+class _Forward(logging.Handler):
+    """Log records of the child, sent to the engine (which formats and scrubs them)."""
+
+    def __init__(self, send: Callable[[Any], None]) -> None:
+        super().__init__()
+        self.send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.exc_info:
+                msg += "\n" + "".join(traceback.format_exception(*record.exc_info))
+            self.send(("log", record.name, record.levelno, msg))
+        except Exception:  # noqa: BLE001 - a log record must never stop the reader
+            pass
+
+
+def portable_error(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (the engine raises the same class and message), else
+    a RuntimeError naming its class; the child's traceback goes along as a note."""
+    note = "in the source reader process:\n" + "".join(traceback.format_exception(exc)).rstrip()
+    try:
+        pickle.loads(pickle.dumps(exc))
+        out = exc
+    except Exception:  # noqa: BLE001 - any pickling failure: send a plain stand-in
+        out = RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    out.__traceback__ = None
+    out.__cause__ = out.__context__ = None
+    if not any(n == note for n in getattr(out, "__notes__", ())):
+        out.add_note(note)
+    return out
+
+
+class _Closing(Exception):
+    """The engine said close: leave the poll where it is."""
+
+
+class ChildReader:
+    def __init__(self, source: ChangeSource, letters: ForwardedLetters, send: Callable[[Any], None],
+                 cmd: Connection, credits: int) -> None:  # fmt: skip
+        self.source = source
+        self.letters = letters
+        self.send = send  # a message to the engine (any thread of the child)
+        self.cmd = cmd
+        self.credits = credits
+        self.want = False  # the engine asked for a poll (cleared by an idle one)
+        self.started = False
+        self.failed = False
+        self.closing = False
+        self.tally: PollTally | None = None
+        self.alive_at = time.monotonic()
+
+    # -- messages -------------------------------------------------------------------------------
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        op = msg[0]
+        if op == "took":
+            self.credits += 1
+        elif op == "ack":
+            self.source.acknowledge(msg[1])
+        elif op == "poll":
+            self.want = True
+        elif op == "keepalive":
+            self._keepalive()
+        elif op == "set":
+            setattr(self.source, msg[1], msg[2])
+        elif op == "call":
+            self._call(msg[1], msg[2])
+        elif op == "start":
+            self._start(msg[1], msg[2])
+        elif op == "close":
+            self.closing = True
+
+    def serve(self, timeout: float = 0.0) -> None:
+        """Handle the engine's messages (waiting up to ``timeout`` for the first); keep the
+        source alive when it has waited long enough."""
+        if self.cmd.poll(timeout):
+            while not self.closing and self.cmd.poll(0):
+                self._handle(self.cmd.recv())
+        if self.started and time.monotonic() - self.alive_at >= self.source.keepalive_seconds:
+            self._keepalive()
+        if self.closing:
+            raise _Closing
+
+    def _keepalive(self) -> None:
+        self.alive_at = time.monotonic()
+        if self.started and not self.failed:
+            self.source.keepalive()
+
+    def _call(self, name: str, args: tuple[Any, ...]) -> None:
+        try:
+            got = getattr(self.source, name)
+            value = got(*args) if callable(got) else got
+            reply: tuple[Any, ...] = ("reply", True, value, state_of(self.source))
+        except BaseException as exc:  # noqa: BLE001 - raised in the engine
+            reply = ("reply", False, portable_error(exc), None)
+        self.cmd.send(reply)
+
+    def _start(self, checkpoints: Any, observe: bool) -> None:
+        if observe:
+            self.tally = PollTally()
+            self.source.source_observer = self.tally
+        try:
+            self.source.start(checkpoints)
+        except BaseException as exc:  # noqa: BLE001 - raised in the engine
+            self.failed = True
+            self.send(("error", self.letters.take(), portable_error(exc)))
+            return
+        self.started = True
+        self.alive_at = time.monotonic()
+        self.send(("started", self.letters.take(), state_of(self.source)))
+
+    # -- reading --------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while True:
+                if self.started and not self.failed and self.want and self.credits > 0:
+                    self.serve()
+                    self._one_poll()
+                else:
+                    self.serve(self.source.keepalive_seconds if self.started else 1.0)
+        except _Closing:
+            pass
+
+    def _emit(self, chunk: list[ChangeEvent]) -> None:
+        self.credits -= 1
+        self.send(("events", self.letters.take(), chunk, state_of(self.source)))
+        self.serve()
+        while self.credits <= 0:  # back-pressure: the engine has not taken enough yet
+            self.serve(self.source.keepalive_seconds)
+
+    def _one_poll(self) -> None:
+        got = rows = 0
+        chunk: list[ChangeEvent] = []
+        try:
+            for ev in self.source.poll():
+                chunk.append(ev)
+                rows += row_count(ev)
+                got += 1
+                if rows >= CHUNK_EVENTS:
+                    self._emit(chunk)
+                    chunk, rows = [], 0
+        except _Closing:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - raised in the engine after the chunk
+            self.failed = True
+            if chunk:
+                self._emit(chunk)
+            self.send(("error", self.letters.take(), portable_error(exc)))
+            return
+        if chunk:
+            self._emit(chunk)
+        self.credits -= 1
+        tally = self.tally.take() if self.tally is not None else None
+        self.send(("end", self.letters.take(), got, state_of(self.source), tally))
+        if got == 0:
+            self.want = False  # idle: wait until the engine asks again
+
+
+def child_main(factory: SourceFactory, data: Connection, cmd: Connection, settings: dict[str, Any],
+               credits: int, log_level: int) -> None:  # fmt: skip
+    """The child process: build the source, serve the engine until it says close."""
+    lock = threading.Lock()
+    codec = SchemaSender()
+
+    def send_locked(msg: Any) -> None:
+        with lock:
+            send_message(data, codec, msg)
+
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward(send_locked)]
+    root.setLevel(log_level)
+    letters = ForwardedLetters()
+    try:
+        source = factory(letters)
+        for name, value in settings.items():
+            setattr(source, name, value)
+    except BaseException as exc:  # noqa: BLE001 - raised in the engine
+        send_locked(("error", letters.take(), portable_error(exc)))
+        return
+    reader = ChildReader(source, letters, send_locked, cmd, credits)
+    try:
+        reader.run()
+    finally:
+        source.close()
+        data.close()
