@@ -201,9 +201,18 @@ class ControlledSource(ChangeSource):
     def hold_reads(self) -> None:
         """The reader thread stops handing out events (at most the one in hand is read)."""
         self._reads.clear()
+        self._hold_child(True)
 
     def release_reads(self) -> None:
         self._reads.set()
+        self._hold_child(False)
+
+    def _hold_child(self, held: bool) -> None:
+        """source.reader_process: its child reads ahead of the reader thread; held too."""
+        from replicator.pipeline.reader_process import ProcessSource
+
+        if isinstance(self.inner, ProcessSource):
+            self.inner.hold(held)
 
     def start_phase(self) -> None:
         """The measured phase starts now (after the step that wrote the changes)."""

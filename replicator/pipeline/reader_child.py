@@ -207,6 +207,7 @@ class ChildReader:
         self.cmd = cmd
         self.credits = credits
         self.want = False  # the engine asked for a poll (cleared by an idle one)
+        self.held = False  # measurement: read nothing more until released (``hold``)
         self.started = False
         self.failed = False
         self.closing = False
@@ -230,6 +231,8 @@ class ChildReader:
             self._call(msg[1], msg[2])
         elif op == "start":
             self._start(msg[1], msg[2])
+        elif op == "hold":
+            self.held = msg[1]
         elif op == "close":
             self.closing = True
 
@@ -276,7 +279,13 @@ class ChildReader:
     def run(self) -> None:
         try:
             while True:
-                if self.started and not self.failed and self.want and self.credits > 0:
+                if (
+                    self.started
+                    and not self.failed
+                    and self.want
+                    and self.credits > 0
+                    and not self.held
+                ):
                     self.serve()
                     self._one_poll()
                 else:
@@ -288,7 +297,7 @@ class ChildReader:
         self.credits -= 1
         self.send(("events", self.letters.take(), chunk, state_of(self.source)))
         self.serve()
-        while self.credits <= 0:  # back-pressure: the engine has not taken enough yet
+        while self.credits <= 0 or self.held:  # back-pressure: the engine has not taken enough yet
             self.serve(self.source.keepalive_seconds)
 
     def _one_poll(self) -> None:

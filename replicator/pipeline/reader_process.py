@@ -168,6 +168,12 @@ class ProcessSource(ChangeSource):
         if self._proc is not None and not self._closed:
             self._send(("ack", position))
 
+    def hold(self, held: bool) -> None:
+        """Measurement (benchmarks): the child reads nothing past the chunk in hand while
+        held, as a reader thread that is not polling (it still keeps the source alive)."""
+        if self._proc is not None and not self._closed:
+            self._send(("hold", held))
+
     def keepalive(self) -> None:
         if self._proc is not None and not self._closed:
             self._send(("keepalive",))

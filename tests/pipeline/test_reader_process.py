@@ -187,3 +187,18 @@ def test_the_reader_thread_reads_a_process_source(tmp_path: Path) -> None:
     assert got == list(range(1, 2501))
     assert idles >= 1
     assert "ack 2500" in notes(script)
+
+
+def test_a_held_child_reads_nothing_until_released(tmp_path: Path) -> None:
+    script = Script(tmp_path / "log", polls=[list(range(1, 3 * CHUNK_EVENTS + 1))])
+    src = started(script)
+    try:
+        src.hold(True)
+        src._send(("poll",))  # what poll() sends first: the child would read now
+        src._paused = False
+        time.sleep(0.3)
+        assert src._inbox.empty()
+        src.hold(False)
+        assert ids(list(src.poll())) == list(range(1, 3 * CHUNK_EVENTS + 1))
+    finally:
+        src.close()
