@@ -33,11 +33,10 @@ from replicator.errors import TerminalError, TransientError
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, SourcePosition
 from replicator.pipeline.reader_child import (
-    SchemaReceiver,
+    EventUnpacker,
     SourceFactory,
     SourceState,
     child_main,
-    receive_message,
     state_of,
 )
 from replicator.sources.base import ChangeSource, LogPosition, RetainedLog
@@ -248,15 +247,17 @@ class ProcessSource(ChangeSource):
         """Receiver thread: takes every message off the pipe at once (the child never waits
         on a full pipe, so it always answers calls) and re-logs the child's records."""
         assert self._data is not None
-        codec = SchemaReceiver()
+        unpacker = EventUnpacker()
         while True:
             try:
-                msg = receive_message(self._data, codec)
+                msg = self._data.recv()
             except (OSError, EOFError):
                 self._inbox.put(("dead",))
                 return
             if msg[0] == "log":
                 logging.getLogger(msg[1]).log(msg[2], "%s", msg[3])
+            elif msg[0] == "events":  # ("events", letters, events, state)
+                self._inbox.put((msg[0], msg[1], unpacker.unpack(msg[2], msg[3]), msg[4]))
             else:
                 self._inbox.put(msg)
 

@@ -202,3 +202,35 @@ def test_a_held_child_reads_nothing_until_released(tmp_path: Path) -> None:
         assert ids(list(src.poll())) == list(range(1, 3 * CHUNK_EVENTS + 1))
     finally:
         src.close()
+
+
+def test_packed_events_load_equal_and_share_one_schema_object() -> None:
+    import pickle
+
+    from replicator.events.model import ColumnSpec, Op, TableSchema
+    from replicator.pipeline.reader_child import EventPacker, EventUnpacker
+
+    schema = TableSchema(
+        table="t", columns=(ColumnSpec(name="id", type="long"),), key_columns=("id",)
+    )
+    evs = [
+        ChangeEvent(
+            "t",
+            Op.UPDATE,
+            {"id": i},
+            {"id": i},
+            position=SourcePosition("x", (i, 0)),
+            schema=schema,
+            ts_ms=5,
+            tx_id="7",
+            last_in_tx=i == 2,
+        )  # fmt: skip
+        for i in range(3)
+    ]
+    packer, unpacker = EventPacker(), EventUnpacker()
+    first = unpacker.unpack(*pickle.loads(pickle.dumps(packer.pack(evs[:2]))))
+    new, packed = packer.pack(evs[2:])
+    assert new == []  # sent once
+    second = unpacker.unpack(*pickle.loads(pickle.dumps((new, packed))))
+    assert first + second == evs
+    assert first[0].schema_ is second[0].schema_
