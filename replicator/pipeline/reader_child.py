@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import signal
 import threading
 import time
 import traceback
@@ -329,6 +330,11 @@ class ChildReader:
 def child_main(factory: SourceFactory, data: Connection, cmd: Connection, settings: dict[str, Any],
                credits: int, log_level: int) -> None:  # fmt: skip
     """The child process: build the source, serve the engine until it says close."""
+    # A Ctrl-C or SIGTERM to the process group is the engine's to handle: it stops, sends its
+    # last acknowledgement, then closes the child (which ends on its own if the engine dies:
+    # the pipe closes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     lock = threading.Lock()
 
     def send_locked(msg: Any) -> None:

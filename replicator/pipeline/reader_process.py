@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # Messages (chunks of up to CHUNK_EVENTS rows, or a poll's end) the child may send ahead of
 # what the reader thread took: enough to keep the reader fed while the child decodes the next.
 READ_AHEAD_MESSAGES = 8
-CLOSE_SECONDS = 30.0  # a child that does not exit after close is terminated
+CLOSE_SECONDS = 30.0  # a child that does not exit after close is killed
 WAIT_SECONDS = 1.0  # how often a wait for the child looks whether it is still alive
 
 
@@ -188,11 +188,11 @@ class ProcessSource(ChangeSource):
             proc.join(CLOSE_SECONDS)
             if proc.is_alive():
                 log.warning(
-                    "the source reader process %d did not exit in %.0f s: terminated",
+                    "the source reader process %d did not exit in %.0f s: killed",
                     proc.pid,
                     CLOSE_SECONDS,
                 )
-                proc.terminate()
+                proc.kill()  # it ignores SIGTERM (the engine's to handle)
                 proc.join(5.0)
         self._shadow.close()
 
