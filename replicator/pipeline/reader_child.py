@@ -16,6 +16,8 @@ Dead letters and log records go to the engine, which keeps them as if read in-pr
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import pickle
 import signal
@@ -36,6 +38,7 @@ from replicator.sources.base import ChangeSource, LogPosition
 from replicator.sources.observe import SourceObserver
 
 SourceFactory = Callable[[DeadLetterSink], ChangeSource]
+PR_SET_NAME = 15  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,12 @@ class ChildReader:
             self.want = False  # idle: wait until the engine asks again
 
 
+def _name_process(name: bytes) -> None:
+    """What ``ps`` / ``top`` show for the child (Linux ``prctl(PR_SET_NAME)``); else nothing."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
+
+
 def child_main(factory: SourceFactory, data: Connection, cmd: Connection, settings: dict[str, Any],
                credits: int, log_level: int) -> None:  # fmt: skip
     """The child process: build the source, serve the engine until it says close."""
@@ -335,6 +344,7 @@ def child_main(factory: SourceFactory, data: Connection, cmd: Connection, settin
     # the pipe closes).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _name_process(b"source-reader")
     lock = threading.Lock()
 
     def send_locked(msg: Any) -> None:
