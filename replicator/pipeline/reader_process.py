@@ -14,7 +14,10 @@ with its class and message (its traceback as a note); a child that dies is a Tra
 naming the source. Dead letters and log records come back and are kept by the engine's own
 sink and handlers. ``head_position`` and ``retained_log`` are measured here, on connections
 of a second, never started instance of the source (they need none of its state). The
-source's observer hears each poll's read and decode seconds, summed in the child.
+source's observer hears each poll's read and decode seconds, summed in the child. Not
+available in this mode: the source's own counters (``PostgresSource.stats``, read only by
+benchmarks) stay in the child; incremental snapshots are asked for and reported through
+calls to the child (``request_snapshot``, ``incremental_pending``, ``incremental_finished``).
 """
 
 from __future__ import annotations
