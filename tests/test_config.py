@@ -13,15 +13,10 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_valid_config_resolves_relative_paths(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     assert cfg.source.path == (tmp_path / "in").resolve()
     assert cfg.iceberg.catalog_uri == f"sqlite:///{tmp_path.resolve()}/cat.db"
     assert cfg.iceberg.warehouse == (tmp_path / "wh").resolve().as_uri()
@@ -29,44 +24,29 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                """
+        load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in, tabels: [x]}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-            )
-        )
+"""))
     assert "source.tabels" in str(exc.value)
 
 
 def test_missing_dsn_for_postgres(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                """
+        load_config(_write(tmp_path, """
 source: {type: postgres}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-            )
-        )
+"""))
     assert "source.dsn is required" in str(exc.value)
 
 
 def test_bad_batch_limit(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                """
+        load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 batch: {max_events: 0}
-""",
-            )
-        )
+"""))
     assert "batch.max_events" in str(exc.value)
 
 
@@ -98,9 +78,7 @@ iceberg:
 """
 
 
-def test_rest_catalog_properties_with_environment_values(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rest_catalog_properties_with_environment_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RP_CLIENT_ID", "engine")
     monkeypatch.setenv("RP_CLIENT_SECRET", "client-secret-value")
     monkeypatch.setenv("RP_S3_SECRET", "s3-secret-value")
@@ -112,14 +90,10 @@ def test_rest_catalog_properties_with_environment_values(
     assert props["warehouse"] == "lake"  # a REST warehouse is a name, not a path: untouched
     shown = cfg.iceberg.describe_catalog() + repr(cfg) + str(cfg)
     assert "secret-value" not in shown
-    assert (
-        cfg.iceberg.describe_catalog() == "rest catalog https://catalog.example/api warehouse lake"
-    )
+    assert cfg.iceberg.describe_catalog() == "rest catalog https://catalog.example/api warehouse lake"
 
 
-def test_missing_environment_variable_names_the_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_environment_variable_names_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RP_CLIENT_ID", "engine")
     monkeypatch.setenv("RP_CLIENT_SECRET", "x" * 8)
     monkeypatch.delenv("RP_S3_SECRET", raising=False)
@@ -130,87 +104,57 @@ def test_missing_environment_variable_names_the_key(
 
 
 def test_escaped_dollar_brace_is_literal(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: postgres, dsn: "host=db password=$${NOT_A_VAR}"}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     assert cfg.source.dsn == "host=db password=${NOT_A_VAR}"
 
 
-@pytest.mark.parametrize(
-    "iceberg, message",
-    [
-        (
-            '{catalog_uri: "sqlite:///c.db", warehouse: wh, catalog: {type: rest, uri: "http://x"}}',
-            "exactly one of iceberg.catalog_uri",
-        ),
-        ("{namespace: cdc}", "exactly one of iceberg.catalog_uri"),
-        ('{catalog_uri: "sqlite:///c.db"}', "iceberg.warehouse is required"),
-        ("{catalog: {warehouse: s3://b/}}", "needs a type"),
-        ('{catalog_uri: "http://rest"}', "use iceberg.catalog"),
-        ("{catalog: {type: rest, uri: x, warehouse: a}, warehouse: b}", "differ"),
-    ],
-)
+@pytest.mark.parametrize("iceberg, message", [
+    ('{catalog_uri: "sqlite:///c.db", warehouse: wh, catalog: {type: rest, uri: "http://x"}}',
+     "exactly one of iceberg.catalog_uri"),
+    ("{namespace: cdc}", "exactly one of iceberg.catalog_uri"),
+    ('{catalog_uri: "sqlite:///c.db"}', "iceberg.warehouse is required"),
+    ("{catalog: {warehouse: s3://b/}}", "needs a type"),
+    ('{catalog_uri: "http://rest"}', "use iceberg.catalog"),
+    ("{catalog: {type: rest, uri: x, warehouse: a}, warehouse: b}", "differ"),
+])
 def test_catalog_choice_is_validated(tmp_path: Path, iceberg: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(tmp_path, f"source: {{type: debezium-json, path: in}}\niceberg: {iceberg}\n")
-        )
+        load_config(_write(tmp_path, f"source: {{type: debezium-json, path: in}}\niceberg: {iceberg}\n"))
     assert message in str(exc.value)
 
 
 def test_sql_catalog_long_form_resolves_paths(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog: {type: sql, uri: "sqlite:///cat.db", warehouse: wh}}
-""",
-        )
-    )
+"""))
     props = cfg.iceberg.catalog_properties
-    assert props == {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path.resolve()}/cat.db",
-        "warehouse": (tmp_path / "wh").resolve().as_uri(),
-    }
+    assert props == {"type": "sql", "uri": f"sqlite:///{tmp_path.resolve()}/cat.db",
+                     "warehouse": (tmp_path / "wh").resolve().as_uri()}
 
 
 def test_short_form_is_a_sql_catalog(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "postgresql+psycopg://bob:pw-in-uri@db/cat", warehouse: "s3://bucket/wh"}
-""",
-        )
-    )
+"""))
     assert cfg.iceberg.catalog_properties["type"] == "sql"
     assert cfg.iceberg.warehouse == "s3://bucket/wh"
     assert "pw-in-uri" not in cfg.iceberg.describe_catalog()
 
 
 def test_nested_catalog_properties_keep_their_shape(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg:
   catalog:
     type: rest
     uri: https://cat
     auth: {type: oauth2, oauth2: {client_id: me, client_secret: nested-secret-1, scope: all}}
-""",
-        )
-    )
+"""))
     assert cfg.iceberg.catalog_properties["auth"]["oauth2"]["client_secret"] == "nested-secret-1"
     from replicator import secrets
 
@@ -228,29 +172,19 @@ def test_default_state_dir_is_next_to_the_config_file(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    cfg = load_config(
-        _write(
-            conf,
-            """
+    cfg = load_config(_write(conf, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     assert cfg.state_dir == (conf / ".replicator").resolve()
     assert cfg.dead_letter_path == (conf / ".replicator" / "dead_letters.jsonl").resolve()
 
 
 def test_maintenance_defaults_on(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     m = cfg.maintenance
     assert m.enabled and m.snapshots_keep >= 1 and m.orphan_min_age_seconds >= 3600
     assert m.snapshots_max_count >= m.snapshots_keep  # the cap bounds metadata.json for busy tables
@@ -258,45 +192,29 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 
 
 def test_maintenance_section(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 maintenance: {enabled: false, snapshots_keep: 3, compact_target_file_bytes: 1000000}
-""",
-        )
-    )
+"""))
     assert not cfg.maintenance.enabled
     assert cfg.maintenance.snapshots_keep == 3
     assert cfg.maintenance.compact_target_file_bytes == 1_000_000
 
 
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        ("{snapshot_keep: 3}", "maintenance.snapshot_keep"),
-        ("{orphan_min_age_seconds: 60}", "maintenance.orphan_min_age_seconds"),
-        ("{compact_min_input_files: 1}", "maintenance.compact_min_input_files"),
-        (
-            "{convert_min_equality_delete_files: 0, convert_max_age_seconds: 0}",
-            "never be converted",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("body", "message"), [
+    ("{snapshot_keep: 3}", "maintenance.snapshot_keep"),
+    ("{orphan_min_age_seconds: 60}", "maintenance.orphan_min_age_seconds"),
+    ("{compact_min_input_files: 1}", "maintenance.compact_min_input_files"),
+    ("{convert_min_equality_delete_files: 0, convert_max_age_seconds: 0}", "never be converted"),
+])
 def test_maintenance_errors_are_named(tmp_path: Path, body: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                f"""
+        load_config(_write(tmp_path, f"""
 source: {{type: debezium-json, path: in}}
 iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
 maintenance: {body}
-""",
-            )
-        )
+"""))
     assert message in str(exc.value)
 
 
@@ -312,18 +230,11 @@ maintenance: {body}
 )
 def test_bad_partition_field_is_named(tmp_path: Path, field: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                f"""
+        load_config(_write(tmp_path, f"""
 source: {{type: postgres, dsn: "postgresql://x"}}
 iceberg: {{catalog_uri: "sqlite:///c.db", warehouse: wh, partition_by: {{public.orders: ["{field}"]}}}}
-""",
-            )
-        )
-    assert "partition_by of public.orders" in str(exc.value) and message in str(exc.value), str(
-        exc.value
-    )
+"""))
+    assert "partition_by of public.orders" in str(exc.value) and message in str(exc.value), str(exc.value)
 
 
 def test_partition_fields_parse() -> None:
@@ -338,15 +249,10 @@ def test_partition_fields_parse() -> None:
 
 def test_bad_sort_field_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                """
+        load_config(_write(tmp_path, """
 source: {type: postgres, dsn: "postgresql://x"}
 iceberg: {catalog_uri: "sqlite:///c.db", warehouse: wh, sort_by: {public.orders: ["created sideways"]}}
-""",
-            )
-        )
+"""))
     assert "sort_by of public.orders: 'created sideways'" in str(exc.value), str(exc.value)
 
 
@@ -354,15 +260,10 @@ def test_source_primary_for_a_standby(tmp_path: Path) -> None:
     from replicator import secrets
 
     try:
-        cfg = load_config(
-            _write(
-                tmp_path,
-                """
+        cfg = load_config(_write(tmp_path, """
 source: {type: postgres, dsn: "host=standby dbname=app", primary: {dsn: "host=primary dbname=app password=s3cret-pw"}}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-            )
-        )
+"""))
         assert cfg.source.primary is not None and "host=primary" in cfg.source.primary.dsn
         assert "s3cret-pw" not in repr(cfg.source)  # never printed with the config
         assert secrets.scrub("connect: password s3cret-pw") == "connect: password ***"
@@ -379,43 +280,25 @@ iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 ])  # fmt: skip
 def test_source_primary_errors_are_named(tmp_path: Path, source: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                f"""
+        load_config(_write(tmp_path, f"""
 source: {source}
 iceberg: {{catalog_uri: "sqlite:///cat.db", warehouse: wh}}
-""",
-            )
-        )
+"""))
     assert message in str(exc.value)
     assert "s3cret-pw" not in str(exc.value)
-
-
 def test_postgres_streaming_choice(tmp_path: Path) -> None:
     body = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
     cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x}\n" + body))
     assert cfg.source.streaming == "auto"
     for word in ("on", "off", "'on'", "auto"):  # a bare on/off is a YAML boolean
-        cfg = load_config(
-            _write(tmp_path, f"source: {{type: postgres, dsn: x, streaming: {word}}}\n" + body)
-        )
+        cfg = load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, streaming: {word}}}\n" + body))
         assert cfg.source.streaming == word.strip("'")
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(tmp_path, "source: {type: postgres, dsn: x, streaming: always}\n" + body)
-        )
+        load_config(_write(tmp_path, "source: {type: postgres, dsn: x, streaming: always}\n" + body))
     assert "source.streaming" in str(exc.value) and "'auto', 'on' or 'off'" in str(exc.value)
-
-
 def _source_error(tmp_path: Path, source: str) -> str:
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                f'source: {source}\niceberg: {{catalog_uri: "sqlite:///c.db", warehouse: wh}}\n',
-            )
-        )
+        load_config(_write(tmp_path, f"source: {source}\niceberg: {{catalog_uri: \"sqlite:///c.db\", warehouse: wh}}\n"))
     return str(exc.value)
 
 
@@ -448,10 +331,7 @@ def test_readme_config_and_earlier_samples_still_load(tmp_path: Path) -> None:
     block = readme.split("```yaml\nsource:\n", 1)[1].split("```", 1)[0]
     cfg = load_config(_write(tmp_path, "source:\n" + block))
     assert cfg.source.type == "postgres" and cfg.source.tables == ("inventory.orders",)
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source:
   type: postgres
   dsn: "host=db dbname=shop"
@@ -459,92 +339,54 @@ source:
   primary_keys:
     inventory.orders: [order_id]
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     assert cfg.source.type == "postgres" and cfg.source.slot == "replicator"
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: mysql, dsn: "mysql://u@h/db", server_id: 9, zero_dates: dead-letter}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
-""",
-        )
-    )
+"""))
     assert cfg.source.type == "mysql" and cfg.source.server_id == 9
-
-
 def test_delete_mode_default_override_and_bad_value(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode_by_table: {app.items: position}}
-""",
-        )
-    )
+"""))
     assert cfg.iceberg.delete_mode == "equality"
     assert cfg.iceberg.delete_mode_of("app.items") == "position"
     assert cfg.iceberg.delete_mode_of("app.other") == "equality"
     with pytest.raises(ConfigError) as exc:
-        load_config(
-            _write(
-                tmp_path,
-                """
+        load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh, delete_mode: positional}
-""",
-            )
-        )
+"""))
     assert "iceberg.delete_mode" in str(exc.value) and "'equality' or 'position'" in str(exc.value)
 
 
 def test_spark_settings_from_yaml_scalars_are_strings(tmp_path: Path) -> None:
-    cfg = load_config(
-        _write(
-            tmp_path,
-            """
+    cfg = load_config(_write(tmp_path, """
 source: {type: debezium-json, path: in}
 iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}
 spark: {conf: {spark.sql.adaptive.enabled: false, spark.sql.shuffle.partitions: 4, spark.x: 0.5, spark.y: "z"}}
-""",
-        )
-    )
+"""))
     assert cfg.spark.conf == {
         "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.x": "0.5", "spark.y": "z",
     }  # fmt: skip
 
 
+
 def test_table_parallelism_defaults_to_one_task_and_is_validated(tmp_path: Path) -> None:
     base = 'source: {type: debezium-json, path: in}\niceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
     assert load_config(_write(tmp_path, base)).spark.table_parallelism == 1
-    assert (
-        load_config(
-            _write(tmp_path, base + "spark: {table_parallelism: 4}\n")
-        ).spark.table_parallelism
-        == 4
-    )
+    assert load_config(_write(tmp_path, base + "spark: {table_parallelism: 4}\n")).spark.table_parallelism == 4
     for bad in ("0", "-1", "1000", "two"):
         with pytest.raises(ConfigError, match="table_parallelism"):
             load_config(_write(tmp_path, base + f"spark: {{table_parallelism: {bad}}}\n"))
 
-
 def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     base = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh%s}\n'
-    cfg = load_config(
-        _write(
-            tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [public.log]}\n" + base % ""
-        )
-    )
+    cfg = load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [public.log]}\n" + base % ""))
     assert cfg.keyless_tables == frozenset({"public.log"})
-    assert (
-        load_config(
-            _write(tmp_path, "source: {type: debezium-json, path: in}\n" + base % "")
-        ).keyless_tables
-        == frozenset()
-    )
+    assert load_config(_write(tmp_path, "source: {type: debezium-json, path: in}\n" + base % "")).keyless_tables == frozenset()
     bad = {
         "keyless_tables: [log]": "not schema.table names",
         "keyless_tables: [a.b, a.b]": "twice",
@@ -552,21 +394,12 @@ def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     }
     for setting, message in bad.items():
         with pytest.raises(ConfigError, match=message):
-            load_config(
-                _write(tmp_path, f"source: {{type: postgres, dsn: x, {setting}}}\n" + base % "")
-            )
-    mysql = load_config(
-        _write(tmp_path, "source: {type: mysql, dsn: x, keyless_tables: [a.b]}\n" + base % "")
-    )
+            load_config(_write(tmp_path, f"source: {{type: postgres, dsn: x, {setting}}}\n" + base % ""))
+    mysql = load_config(_write(tmp_path, "source: {type: mysql, dsn: x, keyless_tables: [a.b]}\n" + base % ""))
     assert mysql.keyless_tables == frozenset({"a.b"})
     with pytest.raises(ConfigError, match="always written with position deletes"):
-        load_config(
-            _write(
-                tmp_path,
-                "source: {type: postgres, dsn: x, keyless_tables: [a.b]}\n"
-                + base % ", delete_mode_by_table: {a.b: equality}",
-            )
-        )
+        load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [a.b]}\n"
+                           + base % ", delete_mode_by_table: {a.b: equality}"))
 
 
 def test_reader_process_is_a_database_source_setting(tmp_path: Path) -> None:

@@ -38,9 +38,7 @@ class _SourceCommon(_Strict):
     """Settings every source kind has (``source.type`` picks the kind and its own settings:
     a setting of another kind is an error naming it)."""
 
-    tables: tuple[str, ...] | None = Field(
-        None, description="source tables to replicate (default: all)"
-    )
+    tables: tuple[str, ...] | None = Field(None, description="source tables to replicate (default: all)")
     columns: dict[str, ColumnRules] = Field(
         default_factory=dict,
         description="per source table: columns to exclude or to hash (keys can be neither)",
@@ -106,20 +104,19 @@ class _DatabaseSource(_SourceCommon):
     """A database source: the key of each table comes from the table itself."""
 
     keyless_tables: tuple[str, ...] = Field(
-        (),
-        description="source tables without a primary key to replicate anyway, as a "
-        'multiset of whole rows (README "Tables without a primary key"): inserts append; '
+        (), description="source tables without a primary key to replicate anyway, as a "
+        "multiset of whole rows (README \"Tables without a primary key\"): inserts append; "
         "an update or delete removes one row equal to its old image, which needs REPLICA "
         "IDENTITY FULL (Postgres) or binlog_row_image=FULL (MySQL)",
     )
 
     reader_process: bool = Field(
-        False,
-        description="read and decode the change log in a child process of its own "
+        False, description="read and decode the change log in a child process of its own "
         "(events reach the engine in pickled chunks): the source's decoding then overlaps "
         "the engine's staging and commits on another core instead of sharing one Python "
         "interpreter lock with them. Exactly-once is unchanged (the child acknowledges only "
-        "what the engine committed)",
+        "what the engine committed). Measured on 2 shared cores it did not pay "
+        "(benchmarks/results/readerproc)",
     )
 
     @field_validator("keyless_tables")
@@ -138,9 +135,7 @@ class _DatabaseSource(_SourceCommon):
         if self.tables is not None:
             missing = [n for n in self.keyless_tables if n not in self.tables]
             if missing:
-                raise ValueError(
-                    f"source.keyless_tables names {missing}, which source.tables does not list"
-                )
+                raise ValueError(f"source.keyless_tables names {missing}, which source.tables does not list")
         return self
 
     @model_validator(mode="before")
@@ -153,8 +148,7 @@ class _DatabaseSource(_SourceCommon):
             data = {k: v for k, v in data.items() if k != "primary_keys"}
             logging.getLogger(__name__).warning(
                 "source.primary_keys is a setting of debezium-json sources: ignored for "
-                "source.type %r (a table's key comes from the table)",
-                data.get("type"),
+                "source.type %r (a table's key comes from the table)", data.get("type"),
             )
         return data
 
@@ -167,8 +161,7 @@ class PrimaryConfig(_Strict):
 
     # repr=False: the DSN may hold a password (registered with the scrubber at load).
     dsn: str = Field(
-        repr=False,
-        min_length=1,
+        repr=False, min_length=1,
         description="connection string of the primary (same database and a role that may "
         "create publications)",
     )
@@ -199,44 +192,35 @@ class PostgresSourceConfig(_DatabaseSource):
     slot: str = "replicator"
     publication: str = "replicator"
     failover_slot: bool = Field(
-        False,
-        description="postgres 17+: the slot is a failover slot (FAILOVER), which "
+        False, description="postgres 17+: the slot is a failover slot (FAILOVER), which "
         "physical standbys with sync_replication_slots = on keep in step, so the engine resumes "
         "on a promoted standby; refused on older servers",
     )
     snapshot_copy: bool = Field(
-        True,
-        description="read initial-snapshot chunks with COPY into Arrow columns "
+        True, description="read initial-snapshot chunks with COPY into Arrow columns "
         "(false: row by row through a server-side cursor)",
     )
     snapshot_connections: int = Field(
-        SNAPSHOT_CONNECTIONS,
-        ge=1,
-        le=16,
-        description="connections that read initial-snapshot "
+        SNAPSHOT_CONNECTIONS, ge=1, le=16, description="connections that read initial-snapshot "
         "COPY chunks at once, each inside the slot's exported snapshot (SET TRANSACTION "
         "SNAPSHOT), so every chunk is consistent with the stream; chunks are still handed on in "
         "key order, at most one per connection read ahead. 1: the reader's own connection, "
         "one chunk read ahead. Each is one more server connection while the snapshot runs",
     )
     primary: PrimaryConfig | None = Field(
-        None,
-        description="when source.dsn is a standby (PostgreSQL 16+): the "
+        None, description="when source.dsn is a standby (PostgreSQL 16+): the "
         "primary, used only to create the publication, to speed up slot creation and for "
         "the fencing token; without it the publication must exist already",
     )
     streaming: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="stream in-progress transactions (pgoutput protocol 2): "
+        "auto", description="stream in-progress transactions (pgoutput protocol 2): "
         "the server sends a transaction larger than its logical_decoding_work_mem while it "
         "runs instead of decoding it whole to its own disk first; the engine keeps it in "
         "files under state_dir/streamed until its commit. auto: on for PostgreSQL 14+; on: "
         "refused on older servers",
     )
     change_blocks: int = Field(
-        0,
-        ge=0,
-        description="experimental: a run of at least this many inserts (or of updates "
+        0, ge=0, description="experimental: a run of at least this many inserts (or of updates "
         "that keep their key) of one table inside one transaction is decoded column-wise and "
         "carried as one block of rows (values, positions and dead letters as row by row); "
         "pays from ~100 rows (bulk loads); 0: off",

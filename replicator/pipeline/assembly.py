@@ -48,44 +48,28 @@ def build_source_here(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSou
 
         assert src.path is not None
         return DebeziumFileSource(
-            src.path,
-            dead_letters=dead_letters,
-            tables=src.tables,
-            primary_keys=src.primary_keys,
-            state_dir=cfg.state_dir,
-            exactly_once=src.delivery == "exactly-once",
+            src.path, dead_letters=dead_letters, tables=src.tables, primary_keys=src.primary_keys,
+            state_dir=cfg.state_dir, exactly_once=src.delivery == "exactly-once",
         )
     if src.type == "postgres":
         from replicator.sources.postgres.source import PostgresSource
 
         assert src.dsn is not None
         return PostgresSource(
-            src.dsn,
-            dead_letters=dead_letters,
-            slot=src.slot,
-            publication=src.publication,
-            tables=src.tables,
-            state_dir=cfg.state_dir,
-            snapshot_copy=src.snapshot_copy,
+            src.dsn, dead_letters=dead_letters, slot=src.slot, publication=src.publication,
+            tables=src.tables, state_dir=cfg.state_dir, snapshot_copy=src.snapshot_copy,
             snapshot_connections=src.snapshot_connections,
-            failover_slot=src.failover_slot,
-            streaming=src.streaming,
+            failover_slot=src.failover_slot, streaming=src.streaming,
             primary_dsn=src.primary.dsn if src.primary is not None else None,
-            keyless_tables=src.keyless_tables,
-            change_blocks=src.change_blocks,
+            keyless_tables=src.keyless_tables, change_blocks=src.change_blocks,
         )
     if src.type == "mysql":
         from replicator.sources.mysql.source import MySQLSource
 
         assert src.dsn is not None
         return MySQLSource(
-            src.dsn,
-            dead_letters=dead_letters,
-            server_id=src.server_id,
-            tables=src.tables,
-            state_dir=cfg.state_dir,
-            zero_dates=src.zero_dates,
-            row_decoder=src.row_decoder,
+            src.dsn, dead_letters=dead_letters, server_id=src.server_id, tables=src.tables,
+            state_dir=cfg.state_dir, zero_dates=src.zero_dates, row_decoder=src.row_decoder,
             keyless_tables=src.keyless_tables,
         )
     raise TerminalError(f"source type {src.type!r} is not available yet")
