@@ -120,10 +120,16 @@ class EngineSteps(StepObserver):
 def _quiet(source: ChangeSource, poll_max: int | None) -> None:
     """No progress bar; ``poll_max``: the source's per-poll cap, which also caps a batch (see
     README). Both are the sources' constructor options, set on the one just built."""
+    from replicator.pipeline.reader_process import ProcessSource
     from replicator.sources.mysql.source import MySQLSource
     from replicator.sources.postgres.source import PostgresSource
 
-    if isinstance(source, PostgresSource):
+    if isinstance(source, ProcessSource):  # source.reader_process: set in its child
+        source.settings["progress"] = False
+        if poll_max is not None:
+            cap = "poll_max_messages" if source.kind == "postgres" else "poll_max_events"
+            source.settings[cap] = poll_max
+    elif isinstance(source, PostgresSource):
         source.progress = False
         if poll_max is not None:
             source.poll_max_messages = poll_max
@@ -195,9 +201,18 @@ class ControlledSource(ChangeSource):
     def hold_reads(self) -> None:
         """The reader thread stops handing out events (at most the one in hand is read)."""
         self._reads.clear()
+        self._hold_child(True)
 
     def release_reads(self) -> None:
         self._reads.set()
+        self._hold_child(False)
+
+    def _hold_child(self, held: bool) -> None:
+        """source.reader_process: its child reads ahead of the reader thread; held too."""
+        from replicator.pipeline.reader_process import ProcessSource
+
+        if isinstance(self.inner, ProcessSource):
+            self.inner.hold(held)
 
     def start_phase(self) -> None:
         """The measured phase starts now (after the step that wrote the changes)."""
@@ -328,7 +343,11 @@ class EngineSession:
         self.timings = Timings()
         self.ctl = ControlledSource(self.timings)
         self.rep = Replicator(
-            cfg, engine="spark", spark=spark, source=self.ctl, observer=self.observer,
+            cfg,
+            engine="spark",
+            spark=spark,
+            source=self.ctl,
+            observer=self.observer,
             steps=EngineSteps(self.timings),
         )
         inner = build_source(cfg, self.rep.dead_letters)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CLASSES = ("driver (Python)", "Spark JVM", "Spark Python workers", "Postgres", "MariaDB",
-           "lag writer (Python)", "other")  # fmt: skip
+           "source reader (Python)", "lag writer (Python)", "other")  # fmt: skip
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -80,7 +80,9 @@ def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -94,6 +96,10 @@ def classify(pid: int, me: int) -> str:
     if "pyspark" in cmd or "spark_probe" in cmd:
         return "Spark Python workers"
     if "multiprocessing" in cmd:
+        # source.reader_process names its child (replicator/pipeline/reader_child.py).
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "source-reader":
+                return "source reader (Python)"
         return "lag writer (Python)"
     if "postgres" in cmd:
         return "Postgres"

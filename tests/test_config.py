@@ -400,3 +400,23 @@ def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="always written with position deletes"):
         load_config(_write(tmp_path, "source: {type: postgres, dsn: x, keyless_tables: [a.b]}\n"
                            + base % ", delete_mode_by_table: {a.b: equality}"))
+
+
+def test_reader_process_is_a_database_source_setting(tmp_path: Path) -> None:
+    base = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
+    for kind in ("postgres", "mysql"):
+        on = load_config(
+            _write(tmp_path, f"source: {{type: {kind}, dsn: x, reader_process: true}}\n" + base)
+        )
+        assert on.source.type != "debezium-json" and on.source.reader_process is True
+        off = load_config(_write(tmp_path, f"source: {{type: {kind}, dsn: x}}\n" + base))
+        assert off.source.type != "debezium-json" and off.source.reader_process is False
+    with pytest.raises(ConfigError, match="reader_process is a setting of database sources"):
+        load_config(
+            _write(
+                tmp_path, "source: {type: debezium-json, path: in, reader_process: true}\n" + base
+            )
+        )
+    assert load_config(
+        _write(tmp_path, "source: {type: debezium-json, path: in, reader_process: false}\n" + base)
+    )

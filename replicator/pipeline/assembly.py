@@ -10,6 +10,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,17 @@ def column_policy(src: SourceConfig) -> ColumnPolicy | None:
 
 
 def build_source(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
+    """The run's source: read in a child process when ``source.reader_process`` is on."""
+    if getattr(cfg.source, "reader_process", False):
+        from replicator.pipeline.reader_process import ProcessSource
+
+        where = f"{cfg.source.type} source {cfg.source.location}"
+        return ProcessSource(partial(build_source_here, cfg), dead_letters, name=where)
+    return build_source_here(cfg, dead_letters)
+
+
+def build_source_here(cfg: RunConfig, dead_letters: DeadLetterSink) -> ChangeSource:
+    """The source itself, read in this process (and in a reader process's child)."""
     src = cfg.source
     if src.type == "debezium-json":
         from replicator.sources.debezium_files import DebeziumFileSource
