@@ -52,7 +52,8 @@ Pending = tuple[
 
 
 make_event = event_maker("postgres")
-_INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")  # pgoutput type bytes
+# pgoutput type bytes
+_INSERT, _UPDATE, _DELETE, _NEW, _OLD_KEY = ord("I"), ord("U"), ord("D"), ord("N"), ord("K")
 # Rows of one block at most: a streamed transaction replays whole in one poll, and a block's
 # rows are decoded (and held) at once.
 RUN_MAX_ROWS = 8192
@@ -76,6 +77,9 @@ class RelState:
     rows: RowConverter | None = None
     key_idx: tuple[int, ...] = ()
     type_oids: tuple[int, ...] = ()
+    # Its deletes and key-sending updates may join a block (a table with a key: a keyless
+    # table names a row by its whole old image, which a block does not carry).
+    keyed: bool = False
 
 
 def build_rel(
@@ -104,14 +108,14 @@ def key_for(
 
 
 class ChangeRun:
-    """Consecutive plain inserts, or updates that keep their key, of one table in one
-    transaction, kept undecoded (``ChangeAssembler.change_raw``); once decoded, held back
-    like a change (``_pending``)."""
+    """Consecutive plain changes (inserts, updates, deletes; old tuples of the key only) of
+    one table in one transaction, kept undecoded (``ChangeAssembler.change_raw``); once
+    decoded, held back like a change (``_pending``)."""
 
     __slots__ = ("kind", "rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
 
     def __init__(self) -> None:
-        self.kind = 0  # the messages' type byte
+        self.kind = 0  # the first message's type byte (the op of a block of one kind)
         self.rel: RelState | None = None
         self.msgs: list[bytes] = []
         self.block: RowBlock | None = None
@@ -126,7 +130,8 @@ class ChangeRun:
         assert self.rel is not None and self.block is not None
         return BlockEvent(
             self.rel.table, self.rel.schema, self.block, 0, len(self.msgs), "postgres",
-            (self.lsn,), self.first, Op.CREATE if self.kind == _INSERT else Op.UPDATE, self.ts_ms,
+            (self.lsn,), self.first,
+            Op.CREATE if self.kind == _INSERT and self.block.ops is None else Op.UPDATE, self.ts_ms,
             self.xid, last_in_tx,
         )  # fmt: skip
 
@@ -204,10 +209,11 @@ class ChangeAssembler:
         rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
         if rel is not None and self._keepable(data, rel):
             run = self._run
-            if run.msgs and (run.rel is not rel or run.kind != data[0] or len(run.msgs) >= RUN_MAX_ROWS):
+            if run.msgs and (run.rel is not rel or len(run.msgs) >= RUN_MAX_ROWS):
                 yield from self._flush()
                 run = self._run
-            run.rel, run.kind = rel, data[0]
+            if not run.msgs:
+                run.rel, run.kind = rel, data[0]
             run.msgs.append(data)
             return
         yield from self.handle(decode(data), len(data))
@@ -221,7 +227,7 @@ class ChangeAssembler:
         """``change_raw`` for a message that only extends the run (True: kept), without a
         generator: the common case of a long run. False: nothing done, use ``change_raw``."""
         run = self._run
-        if not run.msgs or run.kind != data[0] or len(data) < 6 or len(run.msgs) >= RUN_MAX_ROWS:
+        if not run.msgs or len(data) < 6 or len(run.msgs) >= RUN_MAX_ROWS:
             return False
         rel = run.rel
         if self._rels.get(_U32.unpack_from(data, 1)[0]) is not rel or not self._keepable(data, rel):
@@ -232,12 +238,16 @@ class ChangeAssembler:
     def _keepable(self, data: bytes, rel: RelState | None) -> bool:
         """Whether the per-row path would hand this change out as a plain 'c' or 'u' with
         nothing else to decide: a selected table, a position not yet handed out or
-        committed, a message too small for the row cache, an update without an old tuple
-        (its key is unchanged). Unchanged-TOAST markers make the run go row by row."""
+        committed, a message too small for the row cache; an insert, an update without an
+        old tuple (its key is unchanged), or, for a table with a key while the row cache is
+        empty (nothing for it to forget), a delete or an update with its old key.
+        Unchanged-TOAST markers and 'O' old tuples make the run go row by row."""
         tx, kind = self._tx, data[0]
         if tx is None or rel is None or not rel.selected or len(data) >= ROW_CACHE_MIN_CHARS:
             return False
-        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)):
+        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)) and not (
+            kind in (_DELETE, _UPDATE) and data[5] == _OLD_KEY and rel.keyed and self.toast.empty
+        ):
             return False
         parts = (tx.lsn, tx.index + len(self._run.msgs))  # = its index once the run is out
         committed = self.committed.get(rel.table)
@@ -252,12 +262,14 @@ class ChangeAssembler:
         block = None
         if len(run.msgs) >= self.change_blocks and run.rel.schema is not None:
             engine_types = [c.type for c in run.rel.schema.columns]
-            block = change_block(run.msgs, run.rel.rows, engine_types)
+            block = change_block(run.msgs, run.rel.rows, engine_types, run.rel.key_idx)
         if block is None:
             for data in run.msgs:
                 yield from self.handle(decode(data), len(data))
             return
-        run.block, run.first, run.lsn, run.ts_ms, run.xid = RowBlock(block), tx.index, tx.lsn, tx.ts_ms, tx.xid
+        old = None if block.old_keys is None else RowBlock(block.old_keys)
+        run.block = RowBlock(block.after, block.ops, old)
+        run.first, run.lsn, run.ts_ms, run.xid = tx.index, tx.lsn, tx.ts_ms, tx.xid
         tx.index += len(run.msgs)
         prev, self._pending = self._pending, run
         if prev is not None:
@@ -316,9 +328,11 @@ class ChangeAssembler:
         names = [c.name for c in msg.columns]
         flagged = tuple(c.name for c in msg.columns if c.is_key)
         key = key_for(info, names, flagged, msg.replica_identity)
-        return build_rel(
+        rel = build_rel(
             self.mapper, table, [(c.name, c.type_oid, c.typmod) for c in msg.columns], key
         )
+        rel.keyed = bool(info.key_columns)
+        return rel
 
     def _change(self, msg: Any, tx: _Tx, idx: int, msg_len: int) -> Pending | None:
         """The pending-event tuple for one row change, or None (skipped / dead-lettered)."""

@@ -99,7 +99,7 @@ from replicator.sources.postgres.types import (
 )
 
 log = logging.getLogger(__name__)
-ROW_KINDS = frozenset(b"IU")  # pgoutput Insert and Update messages' type bytes
+ROW_KINDS = frozenset(b"IUD")  # pgoutput Insert, Update and Delete messages' type bytes
 
 __all__ = ["PostgresSource", "SourceStats"]
 
