@@ -306,7 +306,7 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
         asm.change_blocks = blocks
         out: list[Any] = []
         for m in msgs:
-            if blocks and m[0] == 73:  # an Insert: kept for a block (source.py does the same)
+            if blocks and m[0] in b"IUD":  # a row change: kept for a block (source.py does the same)
                 if not asm.keep_raw(m):
                     out.extend(asm.change_raw(m))
             else:
