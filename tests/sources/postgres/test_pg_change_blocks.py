@@ -1,7 +1,9 @@
-"""Runs of inserts as block events (``ChangeAssembler.change_raw``), without a server: any
-stream gives, row for row, the events, dead letters, positions and transaction ends the
-row-by-row path gives (bad values, skipped positions, rows big enough for the row cache,
-relation changes, other tables and truncates in between)."""
+"""A poll's changes as block events (``ChangeAssembler.change_raw``, ``change_group``): inserts,
+updates and deletes of several tables across transactions, decoded per table in one pass,
+without a server: any stream, with polls ending anywhere, gives, row for row, the events,
+dead letters, positions and transaction ends the row-by-row path gives (bad values, skipped
+positions, rows big enough for the row cache, relation changes, other tables and truncates
+in between)."""
 
 from __future__ import annotations
 
@@ -95,7 +97,8 @@ def _stream(seed: int) -> list[bytes]:
     return msgs
 
 
-def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tuple[Any, ...]:
+def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition], poll: int = 10**9) -> tuple[Any, ...]:
+    """The events as a source hands them out, ending a poll every ``poll`` messages."""
     sink, stats = _Sink(), SourceStats()
     asm = ChangeAssembler(
         tables=TABLES, mapper=TypeMapper(None), committed=committed, toast=RowCache(1 << 20),
@@ -103,12 +106,15 @@ def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tu
     )  # fmt: skip
     asm.change_blocks = blocks
     out = []
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if blocks and m[0] in b"IUD":
             if not asm.keep_raw(m):
                 out.extend(asm.change_raw(m))
         else:
             out.extend(asm.handle(decode(m), len(m)))
+        if i % poll == poll - 1:
+            out.extend(asm.flush_run())
+    out.extend(asm.flush_run())
     return out, sink.got, stats, asm.tx_ends, asm.last_out
 
 
@@ -127,7 +133,7 @@ def test_blocks_give_the_row_by_row_events(seed: int, blocks: int) -> None:
     msgs = _stream(seed)
     committed = {"public.t1": PgPosition(0x1000 + 0x100 * 5, 10)} if seed % 2 else {}
     rows, rows_dead, rows_stats, rows_ends, rows_last = _run(msgs, 0, committed)
-    got, dead, stats, ends, last = _run(msgs, blocks, committed)
+    got, dead, stats, ends, last = _run(msgs, blocks, committed, poll=[10**9, 7, 50][seed % 3])
     assert any(type(ev) is BlockEvent for ev in got)
     assert any(type(ev) is BlockEvent and ev.block.ops is not None for ev in got)  # mixed kinds
     assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
@@ -138,14 +144,15 @@ def test_blocks_give_the_row_by_row_events(seed: int, blocks: int) -> None:
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), blocks=st.sampled_from([1, 2, 16]), skip=st.booleans())
-def test_random_streams_give_the_row_by_row_events(seed: int, blocks: int, skip: bool) -> None:
+@given(seed=st.integers(0, 2**32 - 1), blocks=st.sampled_from([1, 2, 16]), skip=st.booleans(),
+       poll=st.sampled_from([1, 3, 40, 10**9]))  # fmt: skip
+def test_random_streams_give_the_row_by_row_events(seed: int, blocks: int, skip: bool, poll: int) -> None:
     """Inserts, updates (old key or not), deletes of tables with a key in any mix: the
     blocks' rows, expanded, are the row-by-row events."""
     msgs = _stream(seed)
     committed = {"public.t0": PgPosition(0x1000 + 0x100 * 7, 3)} if skip else {}
     rows, rows_dead, rows_stats, rows_ends, rows_last = _run(msgs, 0, committed)
-    got, dead, stats, ends, last = _run(msgs, blocks, committed)
+    got, dead, stats, ends, last = _run(msgs, blocks, committed, poll)
     assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
     assert dead == rows_dead and ends == rows_ends and last == rows_last
     assert (stats.changes, stats.skipped) == (rows_stats.changes, rows_stats.skipped)
