@@ -262,7 +262,8 @@ def _other(
 def _cast(text: pa.Array, direct: pa.DataType) -> pa.Array | None:
     """A text column in the type its converter gives (``direct_type``), or None."""
     if direct == pa.bool_():  # to_bool: 't' / 'f' only
-        if not pc.all(pc.is_in(text.drop_null(), value_set=_BOOL_TEXT)).as_py():
+        # min_count=0: a column of nulls only (a block of deletes) passes
+        if not pc.all(pc.is_in(text.drop_null(), value_set=_BOOL_TEXT), min_count=0).as_py():
             return None
         return pc.equal(text, "t")
     return pc.cast(text, direct)

@@ -8,12 +8,15 @@ back into the runs they came from (``ChangeRun``: consecutive changes of one tab
 transaction), in the stream's order, with the Begin and Commit messages kept in between
 replayed where they were: every event, position, transaction end and held-back rule is
 what the row-by-row path gives (``changes.ChangeAssembler``). A relation whose block does
-not decode goes row by row at the same places.
+not decode has each run decoded on its own; a run that does not either goes row by row at
+the same place.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pyarrow as pa
 
 from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.model import Op
@@ -90,18 +93,28 @@ class ChangeGroup:
         self._seg = None
         self.tx = tx
 
-    def blocks(self, min_rows: int) -> dict[int, tuple[RowBlock, Op] | None]:
-        """Each relation's changes column-wise (with the op of a block of one kind), or
-        None: that relation's changes go row by row."""
-        out: dict[int, tuple[RowBlock, Op] | None] = {}
+    def blocks(self, min_rows: int) -> dict[int, Decoded | None]:
+        """Each relation's changes column-wise (with the op of a block of one kind); None:
+        that relation's changes go row by row; ``BY_RUN``: its block refused (a value that
+        does not convert, a shape off somewhere), each run is decoded on its own (``decode``)
+        so that only the runs with such a change go row by row."""
+        out: dict[int, Decoded | None] = {}
         for key, (rel, msgs) in self.msgs.items():
             out[key] = None
-            if len(msgs) < min_rows or rel.schema is None:
-                continue
-            cols = change_block(msgs, rel.rows, [c.type for c in rel.schema.columns], rel.key_idx)
-            if cols is None:
-                continue
-            old = None if cols.old_keys is None else RowBlock(cols.old_keys)
-            op = Op.CREATE if cols.ops is None and msgs[0][0] == _INSERT else Op.UPDATE
-            out[key] = (RowBlock(cols.after, cols.ops, old), op)
+            if len(msgs) >= min_rows and rel.schema is not None:
+                out[key] = decode(rel, msgs) or BY_RUN
         return out
+
+
+Decoded = tuple[RowBlock, Op]
+BY_RUN: Decoded = (RowBlock(pa.table({})), Op.READ)
+
+
+def decode(rel: RelState, msgs: list[bytes]) -> Decoded | None:
+    """``msgs`` (changes of ``rel``) column-wise, or None."""
+    cols = change_block(msgs, rel.rows, [c.type for c in rel.schema.columns], rel.key_idx)
+    if cols is None:
+        return None
+    old = None if cols.old_keys is None else RowBlock(cols.old_keys)
+    op = Op.CREATE if cols.ops is None and msgs[0][0] == _INSERT else Op.UPDATE
+    return RowBlock(cols.after, cols.ops, old), op

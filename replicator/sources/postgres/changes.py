@@ -21,7 +21,8 @@ from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
-from replicator.sources.postgres.change_group import ChangeGroup, ChangeRun
+from replicator.sources.postgres.change_group import BY_RUN, ChangeGroup, ChangeRun
+from replicator.sources.postgres.change_group import decode as decode_run
 from replicator.sources.postgres.pgoutput import (
     _U32,
     PG_EPOCH_US,
@@ -242,8 +243,11 @@ class ChangeAssembler:
             key = id(rel)
             start, got = at[key], blocks[key]
             at[key] = start + n
+            msgs = group.msgs[key][1][start : start + n]
+            if got is BY_RUN:  # its runs one by one (one of them refuses)
+                got, start = decode_run(rel, msgs) if n >= self.change_blocks else None, 0
             if got is None:
-                for data in group.msgs[key][1][start : start + n]:
+                for data in msgs:
                     yield from self.handle(decode(data), len(data))
                 continue
             tx = self._tx

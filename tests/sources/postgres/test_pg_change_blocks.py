@@ -156,3 +156,13 @@ def test_random_streams_give_the_row_by_row_events(seed: int, blocks: int, skip:
     assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
     assert dead == rows_dead and ends == rows_ends and last == rows_last
     assert (stats.changes, stats.skipped) == (rows_stats.changes, rows_stats.skipped)
+
+
+def test_a_run_of_deletes_is_one_block() -> None:
+    """Deletes only (every column but the key null in the block, booleans too)."""
+    nulls = [None] * (len(COLS) - 1)
+    msgs = [kit.relation(16400, "public", "t0", COLS), kit.begin(0x1000, 1, 100)]
+    msgs += [kit.delete(16400, [str(k)] + nulls) for k in range(5)] + [kit.commit(0x1000, 0x1008, 1)]
+    got = _run(msgs, 2, {})[0]
+    assert [(type(e), e.rows) for e in got] == [(BlockEvent, 5)]
+    assert [(e.op.value, e.before, e.after) for e in row_events(got)] == [("d", {"id": k}, None) for k in range(5)]
