@@ -27,6 +27,10 @@ from replicator.sources.postgres.change_block import change_block
 RelState = Any
 
 _INSERT = ord("I")
+# Rows of one block event at most (a run is handed out in pieces): the batcher closes a
+# batch, or stages a chunk of a transaction larger than a batch, after an event, so one far
+# past ``batch.max_events`` would hold that much more than asked.
+EVENT_MAX_ROWS = 512
 
 
 class ChangeRun:

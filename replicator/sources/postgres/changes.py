@@ -21,7 +21,7 @@ from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
-from replicator.sources.postgres.change_group import BY_RUN, ChangeGroup, ChangeRun
+from replicator.sources.postgres.change_group import BY_RUN, EVENT_MAX_ROWS, ChangeGroup, ChangeRun
 from replicator.sources.postgres.change_group import decode as decode_run
 from replicator.sources.postgres.pgoutput import (
     _U32,
@@ -252,11 +252,12 @@ class ChangeAssembler:
                 continue
             tx = self._tx
             assert tx is not None
-            run = ChangeRun(rel, got[0], got[1], start, start + n, tx)
-            tx.index += n
-            prev, self._pending = self._pending, run
-            if prev is not None:
-                yield self._out(prev, False)
+            for at_row in range(start, start + n, EVENT_MAX_ROWS):
+                run = ChangeRun(rel, got[0], got[1], at_row, min(at_row + EVENT_MAX_ROWS, start + n), tx)
+                tx.index += run.rows
+                prev, self._pending = self._pending, run
+                if prev is not None:
+                    yield self._out(prev, False)
 
     def _out(self, item: Pending | ChangeRun, last: bool) -> ChangeEvent:
         """The event of a held-back change, now that it is known whether it ends its
