@@ -74,9 +74,10 @@ def _batch(seed: int) -> list[ChangeEvent]:
                 rows = [_row(rng, None if bad and i == 0 else rng.randrange(12)) for i in range(n)]
                 if rng.random() < 0.4:  # a run mixing kinds
                     block, changes = _mixed(rng, n, bad)
-                    if rng.random() < 0.7:
-                        evs.append(BlockEvent("public.t", None, block, 0, n, SRC, (lsn,), idx, Op.UPDATE,
-                                              5, str(tx), False))  # fmt: skip
+                    if rng.random() < 0.7:  # one event, or two slices of the block (a run in pieces)
+                        cut = rng.randrange(1, n) if n > 1 and rng.random() < 0.5 else n
+                        evs += [BlockEvent("public.t", None, block, a, z, SRC, (lsn,), idx + a, Op.UPDATE, 5,
+                                           str(tx), False) for a, z in ((0, cut), (cut, n)) if z > a]  # fmt: skip
                     else:
                         evs += [ChangeEvent("public.t", o, b, a, position=SourcePosition(SRC, (lsn, idx + i)),
                                             ts_ms=5, tx_id=str(tx)) for i, (o, b, a) in enumerate(changes)]  # fmt: skip
@@ -103,7 +104,7 @@ def _batch(seed: int) -> list[ChangeEvent]:
             idx += 1
         last = evs[-1]
         if type(last) is BlockEvent:
-            evs[-1] = BlockEvent("public.t", None, last.block, 0, last.rows, SRC, (lsn,), last.first_seq,
+            evs[-1] = BlockEvent("public.t", None, last.block, last.start, last.stop, SRC, (lsn,), last.first_seq,
                                  last.op, 5, str(tx), True)  # fmt: skip
         else:
             evs[-1] = last.replace(last_in_tx=True)
