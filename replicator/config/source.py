@@ -199,7 +199,7 @@ class PostgresSourceConfig(_DatabaseSource):
         "refused on older servers",
     )
     change_blocks: int = Field(
-        0, ge=0, description="a table with at least this many plain changes (inserts, "
+        64, ge=0, description="a table with at least this many plain changes (inserts, "
         "updates, deletes of a table with a key; no unchanged TOAST value, no REPLICA "
         "IDENTITY FULL old row) in one poll has them decoded column-wise in one pass and "
         "carried as blocks of rows, one per run of the table's changes in a transaction "

@@ -129,7 +129,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         primary_dsn: str | None = None,
         streaming: StreamingMode = "auto",
         keyless_tables: Sequence[str] = (),
-        change_blocks: int = 0,
+        change_blocks: int = 64,
     ) -> None:
         super().__init__(dead_letters)
         self.change_blocks, self.dsn = change_blocks, dsn  # ChangeAssembler.change_blocks
