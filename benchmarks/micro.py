@@ -305,12 +305,15 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
         )  # fmt: skip
         asm.change_blocks = blocks
         out: list[Any] = []
-        for m in msgs:
-            if blocks and m[0] == 73:  # an Insert: kept for a block (source.py does the same)
+        for i, m in enumerate(msgs):
+            if blocks and m[0] in b"IUD":  # a row change: kept for a block (source.py does the same)
                 if not asm.keep_raw(m):
                     out.extend(asm.change_raw(m))
             else:
                 out.extend(asm.handle(decode(m), len(m)))
+            if i % 10_000 == 9_999:  # a poll's end (source.poll_max_messages)
+                out.extend(asm.flush_run())
+        out.extend(asm.flush_run())
         return sum(map(row_count, out))
 
     for label in ("collector at CPython's defaults", "collector as the engine's run sets it"):

@@ -220,10 +220,11 @@ class PostgresSourceConfig(_DatabaseSource):
         "refused on older servers",
     )
     change_blocks: int = Field(
-        0, ge=0, description="experimental: a run of at least this many inserts (or of updates "
-        "that keep their key) of one table inside one transaction is decoded column-wise and "
-        "carried as one block of rows (values, positions and dead letters as row by row); "
-        "pays from ~100 rows (bulk loads); 0: off",
+        64, ge=0, description="a table with at least this many plain changes (inserts, "
+        "updates, deletes of a table with a key; no unchanged TOAST value, no REPLICA "
+        "IDENTITY FULL old row) in one poll has them decoded column-wise in one pass and "
+        "carried as blocks of rows, one per run of the table's changes in a transaction "
+        "(values, positions, transaction ends and dead letters as row by row); 0: off",
     )
 
     @field_validator("streaming", mode="before")

@@ -35,10 +35,17 @@ _BLOCK_OPS = frozenset((Op.READ, Op.CREATE, Op.UPDATE))
 class RowBlock:
     """One chunk's rows: an Arrow table whose columns hold the engine's Arrow types."""
 
-    __slots__ = ("table", "names", "_index", "_values")
+    __slots__ = ("table", "names", "_index", "_values", "ops", "old")
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(
+        self, table: pa.Table, ops: pa.Array | None = None, old: RowBlock | None = None
+    ) -> None:
+        """``ops``: each row's op ('c'/'u'/'d') when the rows mix kinds (a CDC run of
+        changes; a delete's row is null in ``table``); ``old``: the old key of each row
+        that carries one (a delete, an update that sent its old key), null elsewhere."""
         self.table = table
+        self.ops = ops
+        self.old = old
         self.names: tuple[str, ...] = tuple(table.column_names)
         self._index = {n: i for i, n in enumerate(self.names)}
         self._values: dict[str, list[Any]] = {}
@@ -108,7 +115,9 @@ class BlockEvent(ChangeEvent):
     with ``op`` 'c' (``sources/postgres/changes.py``), a run of updates that keep their key
     with ``op`` 'u' (no ``before``: the after key is the before key): its rows share
     ``ts_ms`` and ``tx_id``, and only the last row may end the transaction
-    (``last_in_tx``)."""
+    (``last_in_tx``). A run that mixes kinds (deletes, updates that send their old key)
+    has ``op`` 'u' and its rows' ops in ``block.ops`` (``row_ops``), old keys in
+    ``block.old``; its ``after`` is still its last row (null values for a delete)."""
 
     __slots__ = ("block", "start", "stop", "prefix", "first_seq")
     block: RowBlock
@@ -166,8 +175,32 @@ class BlockEvent(ChangeEvent):
             return read_events(self.table, self.schema_, rows, self.position.source,
                                ((*self.prefix, s) for s in seqs))  # fmt: skip
         build = event_builder(self.position.source)
+        if self.block.ops is not None:
+            return self._mixed_events(build)
         out = [build(self.table, self.op, None, row, (*self.prefix, s), self.schema_, self.ts_ms,
                      self.tx_id, False, None) for row, s in zip(rows, seqs, strict=True)]  # fmt: skip
+        if self.last_in_tx:
+            out[-1] = out[-1].replace(last_in_tx=True)
+        return out
+
+    def _mixed_events(self, build: Any) -> list[ChangeEvent]:
+        """``events()`` of a run mixing kinds: each row's op, its old key when it carries
+        one (``before``), its values unless it is a delete (``after``)."""
+        block, old = self.block, self.block.old
+        assert block.ops is not None
+        ops = block.ops.slice(self.start, self.rows).to_pylist()
+        has_old = [False] * self.rows
+        if old is not None:
+            has_old = old.table.column(0).slice(self.start, self.rows).is_valid().to_pylist()
+        out = []
+        for i, (op, keyed) in enumerate(zip(ops, has_old, strict=True)):
+            row = self.start + i
+            before = (
+                {k: old.value(k, row) for k in old.names} if keyed and old is not None else None
+            )
+            after = None if op == "d" else BlockRow(block, row)
+            out.append(build(self.table, Op(op), before, after, (*self.prefix, self.first_seq + i),
+                             self.schema_, self.ts_ms, self.tx_id, False, None))  # fmt: skip
         if self.last_in_tx:
             out[-1] = out[-1].replace(last_in_tx=True)
         return out
@@ -190,6 +223,20 @@ class BlockEvent(ChangeEvent):
 def row_count(ev: ChangeEvent) -> int:
     """Rows an event stands for: a block event's rows, else 1."""
     return ev.stop - ev.start if type(ev) is BlockEvent else 1
+
+
+def row_ops(ev: ChangeEvent) -> dict[str, int]:
+    """Rows per op value an event stands for."""
+    if type(ev) is not BlockEvent:
+        return {ev.op.value: 1}
+    ops = ev.block.ops
+    if ops is None:
+        return {ev.op.value: ev.rows}
+    counts = ops.slice(ev.start, ev.rows).value_counts()
+    return {
+        str(v): int(c)
+        for v, c in zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
+    }
 
 
 def first_position(ev: ChangeEvent) -> SourcePosition:

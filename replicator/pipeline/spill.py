@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from replicator.errors import SchemaChangeError
-from replicator.events.block import BlockEvent, first_position, row_count
+from replicator.events.block import BlockEvent, first_position, row_ops
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.tables import engine_type
@@ -68,11 +68,12 @@ class Spiller:
             )
             log.debug("%s: staging the pending batch's changes in chunks as they come", table)
         spilled.last = events[-1].position
-        for op, n in Counter(e.op.value for e in events).items():
+        for op, n in Counter(e.op.value for e in events if type(e) is not BlockEvent).items():
             spilled.ops[op] = spilled.ops.get(op, 0) + n
         for e in events:
-            if type(e) is BlockEvent:  # a block counts its rows
-                spilled.ops[e.op.value] += row_count(e) - 1
+            if type(e) is BlockEvent:  # a block counts its rows (of each op)
+                for op, n in row_ops(e).items():
+                    spilled.ops[op] = spilled.ops.get(op, 0) + n
         if events[-1].ts_ms is not None:
             spilled.newest_ms = events[-1].ts_ms
         if spilled.stopped is not None:

@@ -162,7 +162,7 @@ def check_old_images(table: str, events: Sequence[ChangeEvent]) -> None:
     binlog_row_image=FULL) cannot be applied, and the table stops (``BadChangeError``); so
     does any change the source marked with an error (a MySQL row image that is not FULL, or
     an old row that does not convert)."""
-    for ev in events:
+    for ev in row_events(events):  # a block's rows may be updates and deletes
         if ev.error is not None or (ev.op in (Op.UPDATE, Op.DELETE) and ev.before is None):
             raise BadChangeError(
                 f"{table} has no primary key and this {ev.op.value!r} change carries no full old row "
@@ -327,65 +327,109 @@ def _null_keys(staged: pa.Table, key_columns: Sequence[str]) -> bool:
 
 
 def _build_from_blocks(
-    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+    events: Sequence[ChangeEvent],
+    columns: Sequence[tuple[str, str]],
+    key_columns: Sequence[str],
     not_null: Sequence[str],
 ) -> pa.Table | None:
-    """``_build`` for a run of snapshot rows read as Arrow (``events.block``): every event
-    an 'r' whose ``after`` is a ``BlockRow``; the columns are slices of the blocks, cast to
-    the table's types. None (the caller builds value by value) for any other batch, or when
-    a key is null or a column does not cast (the value-by-value path names the culprit)."""
-    runs: list[list[Any]] = []  # [block, start, stop, op]
+    """``_build`` for rows read as Arrow (``events.block``): every event a block event or a
+    row of a block read as is (``_block_row``); the columns are slices of the blocks, cast
+    to the table's types, and a block of mixed changes gives its ops and old keys as
+    columns too. None (the caller builds value by value) for any other batch, or when a key
+    is null or a column does not cast (the value-by-value path names the culprit)."""
+    runs = _block_runs(events)
+    if not runs:
+        return None
+    n = sum(stop - start for _b, start, stop, _op in runs)
+    types = dict(columns)
+    ops = pa.concat_arrays([
+        block.ops.slice(start, stop - start) if op is None else pa.nulls(stop - start, pa.string()).fill_null(op.value)
+        for block, start, stop, op in runs
+    ])  # fmt: skip
+    mixed = any(op is None for *_r, op in runs)
+    has_after = pc.not_equal(ops, _DELETE) if mixed else None
+    arrays: list[pa.Array] = [pa.array(np.arange(n, dtype=np.int64)), ops]
+    names = [SEQ, OP]
+    try:
+        after = _block_columns(runs, columns, lambda b: b)
+        old = (
+            _block_columns(runs, [(k, types[k]) for k in key_columns], lambda b: b.old)
+            if mixed
+            else None
+        )
+    except _CONVERSION_ERRORS:
+        return None
+    if after is None or (mixed and old is None):
+        return None
+    for name in not_null:
+        col = after[name]
+        if col.null_count and (
+            has_after is None or pc.any(pc.and_(pc.is_null(col), has_after)).as_py()
+        ):
+            return None
+    # The before key: a 'u' without an old key keeps its key (``_before_key_row``).
+    has_before = pc.is_in(ops, _UPDATE_OR_DELETE)
+    for k in key_columns:
+        at = arrow_type(types[k])
+        before = after[k] if old is None else pc.coalesce(old[k], after[k])
+        before = pc.if_else(has_before, before, pa.scalar(None, at))
+        if mixed and k in not_null and pc.any(pc.and_(pc.is_null(before), has_before)).as_py():
+            return None
+        arrays.append(before)
+        names.append(before_key_column(k))
+    arrays.extend(after[name] for name, _t in columns)
+    names.extend(name for name, _t in columns)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+Run = list[Any]  # [block, start, stop, op]; op None: each row's op is in block.ops
+
+
+def _block_runs(events: Sequence[ChangeEvent]) -> list[Run] | None:
+    """The events as runs of block rows (None: an event is not a block row)."""
+    runs: list[Run] = []
     for ev in events:
-        if type(ev) is BlockEvent:  # a snapshot chunk or a run of inserts as one event
+        if type(ev) is BlockEvent:  # a snapshot chunk or a run of changes as one event
             block, start, stop = ev.block, ev.start, ev.stop
+            op = None if block.ops is not None else ev.op
         else:
             a = ev.after
             if not _block_row(ev):
                 return None
             assert isinstance(a, BlockRow)
-            block, start, stop = a.block, a.index, a.index + 1
+            block, start, stop, op = a.block, a.index, a.index + 1, ev.op
         last = runs[-1] if runs else None
-        if last is not None and last[0] is block and last[2] == start and last[3] is ev.op:
+        if last is not None and last[0] is block and last[2] == start and last[3] is op:
             last[2] = stop
         else:
-            runs.append([block, start, stop, ev.op])
-    if not runs:
-        return None
-    n = sum(stop - start for _b, start, stop, _op in runs)
-    types = dict(columns)
-    ops = pa.concat_arrays([pa.nulls(stop - start, pa.string()).fill_null(op.value) for _b, start, stop, op in runs])
-    arrays: list[pa.Array] = [pa.array(np.arange(n, dtype=np.int64)), ops]
-    names = [SEQ, OP]
-    key_at = len(arrays)  # the before keys go here, once the after columns are built
-    try:
-        for name, type_ in columns:
-            at = arrow_type(type_)
-            pieces = []
-            for block, start, stop, _op in runs:
-                assert isinstance(block, RowBlock)
-                if block.has(name):
-                    col = block.table.column(name)
-                    if not _casts_like_values(col.type, at):
-                        return None
-                    pieces.append(pc.cast(col.slice(start, stop - start), at))
-                else:
-                    pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
-            col = pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
-            if name in not_null and col.null_count:
-                return None
-            arrays.append(col)
-            names.append(name)
-    except _CONVERSION_ERRORS:
-        return None
-    # An update of a block keeps its key: its before key is its after key (``_before_key_row``).
-    updates = pc.equal(ops, _UPDATE) if any(op is Op.UPDATE for *_r, op in runs) else None
-    for i, k in enumerate(key_columns):
-        at = arrow_type(types[k])
-        after = arrays[names.index(k)]
-        before = pa.nulls(n, type=at) if updates is None else pc.if_else(updates, after, pa.scalar(None, at))
-        arrays.insert(key_at + i, before)
-        names.insert(key_at + i, before_key_column(k))
-    return pa.Table.from_arrays(arrays, names=names)
+            runs.append([block, start, stop, op])
+    return runs
+
+
+def _block_columns(
+    runs: Sequence[Run], columns: Sequence[tuple[str, str]], part: Any
+) -> dict[str, pa.Array] | None:
+    """``columns`` of the runs' blocks (``part``: the block, or its old keys) cast to the
+    table's types, null where a block lacks one; None when a cast could differ from the
+    value-by-value build."""
+    out: dict[str, pa.Array] = {}
+    for name, type_ in columns:
+        at = arrow_type(type_)
+        pieces = []
+        for block, start, stop, _op in runs:
+            assert isinstance(block, RowBlock)
+            src = part(block)
+            if src is not None and src.has(name):
+                col = src.table.column(name)
+                if not _casts_like_values(col.type, at):
+                    return None
+                pieces.append(pc.cast(col.slice(start, stop - start), at))
+            else:
+                pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
+        out[name] = (
+            pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
+        )
+    return out
 
 
 def _block_row(ev: ChangeEvent) -> bool:

@@ -1,4 +1,5 @@
-"""A CDC batch whose runs of inserts (and of key-keeping updates) travel as 'c' ('u') block events (``events.block``) among
+"""A CDC batch whose runs of inserts (and of key-keeping updates) travel as 'c' ('u') block events (``events.block``),
+and runs mixing inserts, updates (with their old key or not) and deletes as block events with an op column, among
 per-row u/d/c events stages to the table the same events give one row at a time, so the
 mapper (``ops_mapping``) writes exactly the same rows and deletes, in every policy; a bad
 row anywhere (null key, a value that does not fit) sends the batch the row-by-row way,
@@ -30,6 +31,32 @@ def _row(rng: random.Random, key: int | None) -> dict[str, Any]:
             "d": rng.choice([Decimal("1.50"), None, Decimal("-3.25")]), "f": rng.random()}  # fmt: skip
 
 
+def _table(rows: list[dict[str, Any] | None]) -> pa.Table:
+    def col(name: str) -> list[Any]:
+        return [None if x is None else x[name] for x in rows]
+
+    return pa.table({
+        "id": pa.array(col("id"), pa.int64()), "v": pa.array(col("v"), pa.large_string()),
+        "d": pa.array(col("d"), pa.decimal128(9, 2)), "f": pa.array(col("f"), pa.float64()),
+    })  # fmt: skip
+
+
+def _mixed(rng: random.Random, n: int, bad: bool) -> tuple[RowBlock, list[tuple[Op, Any, Any]]]:
+    """A block of c/u/d rows (some updates with their old key, some moving it) as a CDC
+    source's run of mixed changes gives it, and its rows' (op, before, after)."""
+    rows: list[tuple[Op, Any, Any]] = []
+    for i in range(n):
+        op, key = rng.choice([Op.CREATE, Op.UPDATE, Op.UPDATE, Op.DELETE]), rng.randrange(12)
+        old = {"id": None if bad and i == 0 else rng.choice([key, rng.randrange(12)])}
+        before = old if op is Op.DELETE or (op is Op.UPDATE and rng.random() < 0.5) else None
+        rows.append((op, before, None if op is Op.DELETE else _row(rng, key)))
+    olds = pa.table(
+        {"id": pa.array([None if b is None else b["id"] for _o, b, _a in rows], pa.int64())}
+    )
+    ops = pa.array([o.value for o, _b, _a in rows], pa.string())
+    return RowBlock(_table([a for _o, _b, a in rows]), ops, RowBlock(olds)), rows
+
+
 def _batch(seed: int) -> list[ChangeEvent]:
     """Random transactions of c/u/d over a small key space; some runs of c as blocks."""
     rng = random.Random(seed)
@@ -45,7 +72,16 @@ def _batch(seed: int) -> list[ChangeEvent]:
                 run_op = Op.CREATE if rng.random() < 0.6 else Op.UPDATE  # u: keeps its key
                 bad = seed % 3 == 0 and rng.random() < 0.1  # a null key: staging refuses the block
                 rows = [_row(rng, None if bad and i == 0 else rng.randrange(12)) for i in range(n)]
-                if rng.random() < 0.7:
+                if rng.random() < 0.4:  # a run mixing kinds
+                    block, changes = _mixed(rng, n, bad)
+                    if rng.random() < 0.7:  # one event, or two slices of the block (a run in pieces)
+                        cut = rng.randrange(1, n) if n > 1 and rng.random() < 0.5 else n
+                        evs += [BlockEvent("public.t", None, block, a, z, SRC, (lsn,), idx + a, Op.UPDATE, 5,
+                                           str(tx), False) for a, z in ((0, cut), (cut, n)) if z > a]  # fmt: skip
+                    else:
+                        evs += [ChangeEvent("public.t", o, b, a, position=SourcePosition(SRC, (lsn, idx + i)),
+                                            ts_ms=5, tx_id=str(tx)) for i, (o, b, a) in enumerate(changes)]  # fmt: skip
+                elif rng.random() < 0.7:
                     block = RowBlock(pa.table({
                         "id": pa.array([x["id"] for x in rows], pa.int64()),
                         "v": pa.array([x["v"] for x in rows], pa.large_string()),
@@ -68,7 +104,7 @@ def _batch(seed: int) -> list[ChangeEvent]:
             idx += 1
         last = evs[-1]
         if type(last) is BlockEvent:
-            evs[-1] = BlockEvent("public.t", None, last.block, 0, last.rows, SRC, (lsn,), last.first_seq,
+            evs[-1] = BlockEvent("public.t", None, last.block, last.start, last.stop, SRC, (lsn,), last.first_seq,
                                  last.op, 5, str(tx), True)  # fmt: skip
         else:
             evs[-1] = last.replace(last_in_tx=True)

@@ -1,5 +1,6 @@
-"""A run of pgoutput Insert messages (or Update messages without an old tuple: the same
-layout) of one relation decoded column-wise into Arrow.
+"""A run of pgoutput Insert, Update and Delete messages of one relation decoded column-wise
+into Arrow: the new tuples' columns (a delete's row null), and when the run mixes kinds or
+carries old-key ('K') tuples, an op per row and the old tuples' key columns.
 
 The per-row path (``pgoutput._tuple`` + ``RowConverter``) splits every message in Python and
 converts value by value. Here the messages are joined into one buffer and split with numpy,
@@ -14,14 +15,15 @@ converters refuse (infinity, BC, NaN in a decimal, a value out of range, extra d
 
 ``change_block`` returns None for anything it does not take: a value that is not text or
 null (unchanged TOAST, binary), a message whose shape or length is off, a value that does not
-convert or parse, text that is not UTF-8. The caller then sends the run's messages the
+convert or parse, text that is not UTF-8, an old tuple of a whole row ('O', REPLICA
+IDENTITY FULL) or with a null key value. The caller then sends the run's messages the
 per-row way, which decides each row exactly as before (dead letters included).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -66,81 +68,155 @@ def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
 
 
 _T, _N = ord("t"), ord("n")
+_I, _U, _D, _K, _NEW = ord("I"), ord("U"), ord("D"), ord("K"), ord("N")
 _LEN_BYTES = np.arange(1, 5)
-_KINDS = frozenset(b"IU")
 _BOOL_TEXT = pa.array(["t", "f"], pa.large_string())
 _FAILED = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError,
            ArithmeticError, TypeError, UnicodeDecodeError)  # fmt: skip
 
 
+class ChangeColumns(NamedTuple):
+    """A run of changes column-wise: ``after`` holds the relation's columns (null in a
+    delete's row); ``ops`` ('c'/'u'/'d' per row) and ``old_keys`` (the key columns of the
+    old-key tuples, null where a row has none) are None for a run of one kind without old
+    tuples (all inserts, or all updates that keep their key)."""
+
+    after: pa.Table
+    ops: pa.Array | None
+    old_keys: pa.Table | None
+
+
 def change_block(
-    msgs: Sequence[bytes], rows: RowConverter | None, engine_types: Sequence[str]
-) -> pa.Table | None:
-    """The rows of ``msgs`` (Insert messages of one relation, in order; ``rows`` and
-    ``engine_types`` its columns' converters and engine types) as an Arrow table of the
-    relation's columns in their engine Arrow types (``float`` as float64, as ``RowBlock``
-    expects), or None: decode them one by one."""
+    msgs: Sequence[bytes], rows: RowConverter | None, engine_types: Sequence[str],
+    key_idx: Sequence[int] = (),
+) -> ChangeColumns | None:  # fmt: skip
+    """The rows of ``msgs`` (Insert, Update and Delete messages of one relation, in order;
+    old tuples only of kind 'K', the key columns ``key_idx``; ``rows`` and ``engine_types``
+    its columns' converters and engine types) column-wise in their engine Arrow types
+    (``float`` as float64, as ``RowBlock`` expects), or None: decode them one by one."""
     if rows is None or not msgs:
         return None
     try:
         split = _split(msgs, len(rows.names))
         if split is None:
             return None
-        arr, cols = split
-        arrays: list[pa.Array] = []
-        for (is_t, start, length), conv, engine in zip(cols, rows.converters, engine_types, strict=True):
-            direct = direct_type(conv, engine)
-            if conv is not None and direct is not None:
-                col = _cast(_text(arr, is_t, start, length, check=False), direct)
-            else:
-                col = _other(arr, is_t, start, length, conv, engine)
-            if col is None:
+        arr, cols, old, codes = split
+        after = _columns(arr, cols, rows, engine_types, range(len(cols)))
+        if after is None:
+            return None
+        if codes is None:
+            return ChangeColumns(after, None, None)
+        keys = None
+        if old is not None:
+            if not key_idx or any((old.has & ~old.cols[i][0]).any() for i in key_idx):
+                return None  # a null in an old key: the per-row path decides
+            keys = _columns(arr, old.cols, rows, engine_types, key_idx)
+            if keys is None:
                 return None
-            arrays.append(col)
     except _FAILED:
         return None
-    return pa.Table.from_arrays(arrays, names=list(rows.names))
+    return ChangeColumns(after, _ops(codes), keys)
+
+
+def _columns(
+    arr: np.ndarray, cols: list[Column], rows: RowConverter, engine_types: Sequence[str],
+    which: Sequence[int],
+) -> pa.Table | None:  # fmt: skip
+    arrays: list[pa.Array] = []
+    for i in which:
+        (is_t, start, length), conv, engine = cols[i], rows.converters[i], engine_types[i]
+        direct = direct_type(conv, engine)
+        if conv is not None and direct is not None:
+            col = _cast(_text(arr, is_t, start, length, check=False), direct)
+        else:
+            col = _other(arr, is_t, start, length, conv, engine)
+        if col is None:
+            return None
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, names=[rows.names[i] for i in which])
+
+
+def _ops(codes: np.ndarray) -> pa.Array:
+    """'c'/'u'/'d' per row (one byte each) as a string array, built from its buffers."""
+    offsets = np.arange(len(codes) + 1, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), len(codes), [None, pa.py_buffer(offsets), pa.py_buffer(codes)]
+    )
 
 
 Column = tuple[np.ndarray, np.ndarray, np.ndarray]  # is text, value start, value length
 
 
-def _split(msgs: Sequence[bytes], ncols: int) -> tuple[np.ndarray, list[Column]] | None:
-    """Where each column's value sits in every message; None if a message is not an Insert
-    of ``ncols`` text-or-null values that ends exactly after its last value."""
-    n = len(msgs)
+class _Old(NamedTuple):
+    has: np.ndarray  # which messages carry an old-key tuple
+    cols: list[Column]
+
+
+def _split(
+    msgs: Sequence[bytes], ncols: int
+) -> tuple[np.ndarray, list[Column], _Old | None, np.ndarray | None] | None:
+    """Where each column's value sits in every message (new tuples; a delete's values
+    null) and in the old-key tuples, and each row's op code; None if a message is not an
+    Insert, Update or Delete of ``ncols`` text-or-null values (old tuples of kind 'K') that
+    ends exactly after its last value. Op codes None: one kind without old tuples."""
     arr = np.frombuffer(b"".join(msgs), np.uint8)
-    lens = np.fromiter(map(len, msgs), np.int64, n)
+    lens = np.fromiter(map(len, msgs), np.int64, len(msgs))
     ends = np.cumsum(lens)
     starts = ends - lens
     if lens.min() < 8:
         return None
-    kind = arr[0]  # every message of one kind: Insert, or Update with only its new tuple
-    if kind not in _KINDS or (arr[starts] != kind).any() or (arr[starts + 5] != ord("N")).any():
-        return None
-    count = (arr[starts + 6].astype(np.int64) << 8) | arr[starts + 7]
-    if (count != ncols).any():
-        return None
-    # Reads are clamped to the buffer instead of checked per column: offsets only grow, so a
-    # message whose values overrun it cannot end exactly at its end (the check below).
-    pos = starts + 8
+    kind, b5 = arr[starts], arr[starts + 5]
+    is_i, is_u, is_d = kind == _I, kind == _U, kind == _D
+    has_old = (is_u | is_d) & (b5 == _K)
+    if not ((~is_d & (is_i | is_u) & (b5 == _NEW)) | has_old).all():
+        return None  # another message, an 'O' old tuple ('FULL'), or an odd shape
     last = len(arr) - 1
+    old: _Old | None = None
+    pos = starts + 6
+    if has_old.any():
+        got = _tuple(arr, pos, has_old, ncols, last)
+        if got is None:
+            return None
+        old_cols, old_end = got
+        if (arr[np.minimum(old_end, last)][has_old & is_u] != _NEW).any():
+            return None
+        old, pos = _Old(has_old, old_cols), np.where(has_old & is_u, old_end + 1, old_end)
+    got = _tuple(arr, pos, ~is_d, ncols, last)
+    if got is None or (got[1] != ends).any():
+        return None
+    if old is None and (is_i.all() or is_u.all()):
+        return arr, got[0], None, None  # one kind: the block's op says it
+    codes = np.where(is_i, ord("c"), np.where(is_u, ord("u"), ord("d"))).astype(np.uint8)
+    return arr, got[0], old, codes
+
+
+def _tuple(
+    arr: np.ndarray, pos: np.ndarray, present: np.ndarray, ncols: int, last: int
+) -> tuple[list[Column], np.ndarray] | None:
+    """The values of the tuples at ``pos`` (where ``present``; elsewhere nulls, and the
+    position stays), and where each tuple ends."""
+    # Reads are clamped to the buffer instead of checked per column: offsets only grow, so a
+    # message whose values overrun it cannot end exactly at its end (the caller checks).
+    at = np.minimum(pos, last)
+    count = (arr[at].astype(np.int64) << 8) | arr[np.minimum(at + 1, last)]
+    if (present & (count != ncols)).any():
+        return None
+    pos = np.where(present, pos + 2, pos)
+    n = len(pos)
     cols: list[Column] = []
     for _ in range(ncols):
         at = np.minimum(pos, last)
         kind = arr[at]
-        is_t = kind == _T
-        if not (is_t | (kind == _N)).all():
+        is_t = present & (kind == _T)
+        if not (~present | is_t | (kind == _N)).all():
             return None  # unchanged TOAST or binary: the per-row path
         word = arr[np.minimum(at[:, None] + _LEN_BYTES, last)]  # each value's 4-byte length
         length = np.where(is_t, word.view(">u4").reshape(n).astype(np.int64), 0)
         if (length >= 1 << 31).any():
             return None  # a negative length: malformed
         cols.append((is_t, pos + 5, length))
-        pos = np.where(is_t, pos + 5 + length, pos + 1)
-    if (pos != ends).any():
-        return None
-    return arr, cols
+        pos = np.where(is_t, pos + 5 + length, np.where(present, pos + 1, pos))
+    return cols, pos
 
 
 def _gather(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +262,8 @@ def _other(
 def _cast(text: pa.Array, direct: pa.DataType) -> pa.Array | None:
     """A text column in the type its converter gives (``direct_type``), or None."""
     if direct == pa.bool_():  # to_bool: 't' / 'f' only
-        if not pc.all(pc.is_in(text.drop_null(), value_set=_BOOL_TEXT)).as_py():
+        # min_count=0: a column of nulls only (a block of deletes) passes
+        if not pc.all(pc.is_in(text.drop_null(), value_set=_BOOL_TEXT), min_count=0).as_py():
             return None
         return pc.equal(text, "t")
     return pc.cast(text, direct)

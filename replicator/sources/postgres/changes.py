@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 
 from replicator.errors import BadInputError, TerminalError
-from replicator.events.block import BlockEvent, RowBlock
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
 from replicator.sources.common.events import BadKey, event_maker
 from replicator.sources.common.stats import CommonSourceStats
-from replicator.sources.postgres.change_block import change_block
+from replicator.sources.postgres.change_group import BY_RUN, EVENT_MAX_ROWS, ChangeGroup, ChangeRun
+from replicator.sources.postgres.change_group import decode as decode_run
 from replicator.sources.postgres.pgoutput import (
     _U32,
     PG_EPOCH_US,
@@ -52,7 +52,8 @@ Pending = tuple[
 
 
 make_event = event_maker("postgres")
-_INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")  # pgoutput type bytes
+# pgoutput type bytes
+_INSERT, _UPDATE, _DELETE, _NEW, _OLD_KEY = ord("I"), ord("U"), ord("D"), ord("N"), ord("K")
 # Rows of one block at most: a streamed transaction replays whole in one poll, and a block's
 # rows are decoded (and held) at once.
 RUN_MAX_ROWS = 8192
@@ -76,6 +77,9 @@ class RelState:
     rows: RowConverter | None = None
     key_idx: tuple[int, ...] = ()
     type_oids: tuple[int, ...] = ()
+    # Its deletes and key-sending updates may join a block (a table with a key: a keyless
+    # table names a row by its whole old image, which a block does not carry).
+    keyed: bool = False
 
 
 def build_rel(
@@ -101,34 +105,6 @@ def key_for(
     if key and set(key) <= set(names) and (identity == "f" or set(flagged) == set(key)):
         return key
     return flagged or tuple(names)
-
-
-class ChangeRun:
-    """Consecutive plain inserts, or updates that keep their key, of one table in one
-    transaction, kept undecoded (``ChangeAssembler.change_raw``); once decoded, held back
-    like a change (``_pending``)."""
-
-    __slots__ = ("kind", "rel", "msgs", "block", "first", "lsn", "ts_ms", "xid")
-
-    def __init__(self) -> None:
-        self.kind = 0  # the messages' type byte
-        self.rel: RelState | None = None
-        self.msgs: list[bytes] = []
-        self.block: RowBlock | None = None
-        self.first = self.lsn = self.ts_ms = 0
-        self.xid = ""
-
-    @property
-    def last_parts(self) -> Parts:
-        return (self.lsn, self.first + len(self.msgs) - 1)
-
-    def event(self, last_in_tx: bool) -> BlockEvent:
-        assert self.rel is not None and self.block is not None
-        return BlockEvent(
-            self.rel.table, self.rel.schema, self.block, 0, len(self.msgs), "postgres",
-            (self.lsn,), self.first, Op.CREATE if self.kind == _INSERT else Op.UPDATE, self.ts_ms,
-            self.xid, last_in_tx,
-        )  # fmt: skip
 
 
 @dataclass
@@ -177,91 +153,111 @@ class ChangeAssembler:
         self._rels: dict[int, RelState] = {}
         self._tx: _Tx | None = None
         self._pending: Pending | ChangeRun | None = None
-        # Runs of at least this many plain inserts of one table in one transaction are
-        # decoded column-wise into one block event ('c'); 0: every change row by row.
+        # Relations with at least this many plain changes in a poll decode them column-wise
+        # (``change_group``), handed out as one block event per run of one table in one
+        # transaction; 0: every change row by row.
         self.change_blocks = 0
-        self._run = ChangeRun()
+        self._group = ChangeGroup()
 
     @property
     def idle(self) -> bool:
         """No transaction open and nothing held back."""
-        return self._tx is None and self._pending is None
+        return self._tx is None and self._pending is None and not self._group.seq
 
     @property
     def in_transaction(self) -> bool:
-        return self._tx is not None
+        return (self._group.tx if self._group.seq else self._tx) is not None
 
     def reset(self) -> None:
         """A new walsender session: it re-sends Relation messages and whole transactions."""
         self._rels.clear()
         self._tx = None
         self._pending = None
-        self._run = ChangeRun()
+        self._group = ChangeGroup()
 
     def change_raw(self, data: bytes) -> Iterator[ChangeEvent]:
-        """An Insert or Update message, undecoded: kept for its relation's run of such
+        """An Insert, Update or Delete message, undecoded: kept in the poll's group of such
         changes when ``_keepable``, else decoded and handled like any message."""
         rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
         if rel is not None and self._keepable(data, rel):
-            run = self._run
-            if run.msgs and (run.rel is not rel or run.kind != data[0] or len(run.msgs) >= RUN_MAX_ROWS):
+            group = self._group
+            if group.rows >= RUN_MAX_ROWS:
                 yield from self._flush()
-                run = self._run
-            run.rel, run.kind = rel, data[0]
-            run.msgs.append(data)
+            group = self._group
+            if not group.seq:
+                tx = self._tx
+                assert tx is not None
+                group.tx = _Tx(tx.lsn, tx.xid, tx.ts_ms, tx.index)
+            group.keep(rel, data)
             return
         yield from self.handle(decode(data), len(data))
 
     def flush_run(self) -> Iterator[ChangeEvent]:
-        """The kept run now, as a block (held back like any change) or row by row."""
-        if self._run.msgs:
+        """The kept changes now, as blocks (the last held back like any change) or row by
+        row."""
+        if self._group.seq:
             yield from self._flush()
 
     def keep_raw(self, data: bytes) -> bool:
-        """``change_raw`` for a message that only extends the run (True: kept), without a
-        generator: the common case of a long run. False: nothing done, use ``change_raw``."""
-        run = self._run
-        if not run.msgs or run.kind != data[0] or len(data) < 6 or len(run.msgs) >= RUN_MAX_ROWS:
+        """``change_raw`` for a message that only joins the group (True: kept), without a
+        generator: the common case. False: nothing done, use ``change_raw``."""
+        group = self._group
+        if not group.seq or len(data) < 6 or group.rows >= RUN_MAX_ROWS:
             return False
-        rel = run.rel
-        if self._rels.get(_U32.unpack_from(data, 1)[0]) is not rel or not self._keepable(data, rel):
+        rel = self._rels.get(_U32.unpack_from(data, 1)[0])
+        if rel is None or not self._keepable(data, rel):
             return False
-        run.msgs.append(data)
+        group.keep(rel, data)
         return True
 
-    def _keepable(self, data: bytes, rel: RelState | None) -> bool:
-        """Whether the per-row path would hand this change out as a plain 'c' or 'u' with
-        nothing else to decide: a selected table, a position not yet handed out or
-        committed, a message too small for the row cache, an update without an old tuple
-        (its key is unchanged). Unchanged-TOAST markers make the run go row by row."""
-        tx, kind = self._tx, data[0]
-        if tx is None or rel is None or not rel.selected or len(data) >= ROW_CACHE_MIN_CHARS:
+    def _keepable(self, data: bytes, rel: RelState) -> bool:
+        """Whether the per-row path would hand this change out as a plain 'c', 'u' or 'd'
+        with nothing else to decide: a selected table, a position not yet handed out or
+        committed, a message too small for the row cache; an insert, an update without an
+        old tuple (its key is unchanged), or, for a table with a key while the row cache is
+        empty (nothing for it to forget), a delete or an update with its old key.
+        Unchanged-TOAST markers and 'O' old tuples make its relation go row by row."""
+        tx, kind = self._group.tx if self._group.seq else self._tx, data[0]
+        if tx is None or not rel.selected or len(data) >= ROW_CACHE_MIN_CHARS:
             return False
-        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)):
+        if not (kind == _INSERT or (kind == _UPDATE and data[5] == _NEW)) and not (
+            kind in (_DELETE, _UPDATE) and data[5] == _OLD_KEY and rel.keyed and self.toast.empty
+        ):
             return False
-        parts = (tx.lsn, tx.index + len(self._run.msgs))  # = its index once the run is out
+        parts = (tx.lsn, tx.index)  # its index once the group is out
         committed = self.committed.get(rel.table)
         return not (parts <= self.last_out or (committed is not None and parts <= committed))
 
     def _flush(self) -> Iterator[ChangeEvent]:
-        """The kept run: one block event when it is long enough and decodes column-wise,
-        else its messages row by row (which then decide every row as before)."""
-        run, tx = self._run, self._tx
-        self._run = ChangeRun()
-        assert run.rel is not None and tx is not None
-        block = None
-        if len(run.msgs) >= self.change_blocks and run.rel.schema is not None:
-            engine_types = [c.type for c in run.rel.schema.columns]
-            block = change_block(run.msgs, run.rel.rows, engine_types)
-        if block is None:
-            for data in run.msgs:
-                yield from self.handle(decode(data), len(data))
-            return
-        run.block, run.first, run.lsn, run.ts_ms, run.xid = RowBlock(block), tx.index, tx.lsn, tx.ts_ms, tx.xid
-        tx.index += len(run.msgs)
-        prev, self._pending = self._pending, run
-        if prev is not None:
-            yield self._out(prev, False)
+        """The kept changes in the stream's order: each relation's block sliced into its
+        runs (held back like any change), the Begin and Commit messages in between handled
+        where they came; a relation without a block row by row at the same places."""
+        group, self._group = self._group, ChangeGroup()
+        blocks = group.blocks(self.change_blocks)
+        at: dict[int, int] = dict.fromkeys(blocks, 0)
+        for item in group.seq:
+            if type(item) is not list:  # Begin or Commit
+                yield from self.handle(item, 0)
+                continue
+            rel, n = item
+            key = id(rel)
+            start, got = at[key], blocks[key]
+            at[key] = start + n
+            msgs = group.msgs[key][1][start : start + n]
+            if got is BY_RUN:  # its runs one by one (one of them refuses)
+                got, start = decode_run(rel, msgs) if n >= self.change_blocks else None, 0
+            if got is None:
+                for data in msgs:
+                    yield from self.handle(decode(data), len(data))
+                continue
+            tx = self._tx
+            assert tx is not None
+            for at_row in range(start, start + n, EVENT_MAX_ROWS):
+                run = ChangeRun(rel, got[0], got[1], at_row, min(at_row + EVENT_MAX_ROWS, start + n), tx)
+                tx.index += run.rows
+                prev, self._pending = self._pending, run
+                if prev is not None:
+                    yield self._out(prev, False)
 
     def _out(self, item: Pending | ChangeRun, last: bool) -> ChangeEvent:
         """The event of a held-back change, now that it is known whether it ends its
@@ -272,13 +268,20 @@ class ChangeAssembler:
             return make_event(*item, last)
         assert isinstance(item, ChangeRun)
         self.last_out = item.last_parts
-        self.stats.changes += len(item.msgs)
+        self.stats.changes += item.rows
         return item.event(last)
 
     def handle(self, msg: PgOutputMessage, msg_len: int) -> Iterator[ChangeEvent]:
-        if self._run.msgs:
-            yield from self._flush()
         t = type(msg)
+        if self._group.seq:
+            if t is Begin or t is Commit:  # kept in the group's order (``_flush``)
+                tx = None
+                if t is Begin:
+                    assert isinstance(msg, Begin)
+                    tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
+                self._group.mark(msg, tx)
+                return
+            yield from self._flush()
         if t is Insert or t is Update or t is Delete:
             tx = self._tx
             if tx is None:
@@ -316,9 +319,11 @@ class ChangeAssembler:
         names = [c.name for c in msg.columns]
         flagged = tuple(c.name for c in msg.columns if c.is_key)
         key = key_for(info, names, flagged, msg.replica_identity)
-        return build_rel(
+        rel = build_rel(
             self.mapper, table, [(c.name, c.type_oid, c.typmod) for c in msg.columns], key
         )
+        rel.keyed = bool(info.key_columns)
+        return rel
 
     def _change(self, msg: Any, tx: _Tx, idx: int, msg_len: int) -> Pending | None:
         """The pending-event tuple for one row change, or None (skipped / dead-lettered)."""

@@ -99,7 +99,7 @@ from replicator.sources.postgres.types import (
 )
 
 log = logging.getLogger(__name__)
-ROW_KINDS = frozenset(b"IU")  # pgoutput Insert and Update messages' type bytes
+ROW_KINDS = frozenset(b"IUD")  # pgoutput Insert, Update and Delete messages' type bytes
 
 __all__ = ["PostgresSource", "SourceStats"]
 
@@ -129,7 +129,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         primary_dsn: str | None = None,
         streaming: StreamingMode = "auto",
         keyless_tables: Sequence[str] = (),
-        change_blocks: int = 0,
+        change_blocks: int = 64,
     ) -> None:
         super().__init__(dead_letters)
         self.change_blocks, self.dsn = change_blocks, dsn  # ChangeAssembler.change_blocks

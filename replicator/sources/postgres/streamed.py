@@ -87,9 +87,9 @@ class StreamedStats:
     bytes_spooled: int = 0
 
 
-# (message, its size as v1 sends it); with ``raw_rows``, Insert and Update messages as bytes
+# (message, its size as v1 sends it); with ``raw_rows``, Insert, Update and Delete messages as bytes
 Replayed = Iterator[tuple[PgOutputMessage | bytes, int]]
-_ROW_KINDS = frozenset(b"IU")
+_ROW_KINDS = frozenset(b"IUD")
 
 
 class StreamedTransactions:
@@ -97,7 +97,7 @@ class StreamedTransactions:
     while a block is open and every stream frame message (``STREAM_KINDS``)."""
 
     def __init__(self, directory: Path | None) -> None:
-        # Replay Insert and Update messages undecoded (the source keeps runs of them for
+        # Replay Insert, Update and Delete messages undecoded (the source keeps runs of them for
         # block events: changes.ChangeAssembler.change_raw).
         self.raw_rows = False
         self._temporary = directory is None  # no state directory: a private temporary one

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from replicator.events.block import row_events
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.postgres.pgoutput import UNCHANGED_TOAST
 
@@ -133,13 +134,15 @@ def drain(
     until: Callable[[list[ChangeEvent]], bool] | None = None,
     timeout: float = 15.0,
     into: list[ChangeEvent] | None = None,
+    rows: bool = True,
 ) -> list[ChangeEvent]:
-    """Poll until ``until(events)`` holds (or, without it, until a poll comes back empty)."""
+    """Poll until ``until(events)`` holds (or, without it, until a poll comes back empty).
+    ``rows``: block events (``source.change_blocks``) as their per-row events."""
     events: list[ChangeEvent] = [] if into is None else into
     deadline = time.monotonic() + timeout
     while True:
         got = list(source.poll())
-        events.extend(got)
+        events.extend(row_events(got) if rows else got)
         if until is None and not got and not source.snapshot_in_progress:
             return events
         if until is not None and until(events):

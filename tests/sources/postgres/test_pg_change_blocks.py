@@ -1,7 +1,9 @@
-"""Runs of inserts as block events (``ChangeAssembler.change_raw``), without a server: any
-stream gives, row for row, the events, dead letters, positions and transaction ends the
-row-by-row path gives (bad values, skipped positions, rows big enough for the row cache,
-relation changes, other tables and truncates in between)."""
+"""A poll's changes as block events (``ChangeAssembler.change_raw``, ``change_group``): inserts,
+updates and deletes of several tables across transactions, decoded per table in one pass,
+without a server: any stream, with polls ending anywhere, gives, row for row, the events,
+dead letters, positions and transaction ends the row-by-row path gives (bad values, skipped
+positions, rows big enough for the row cache, relation changes, other tables and truncates
+in between)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any
 
 import pg_testkit as kit
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from replicator.events.block import BlockEvent, row_events
 from replicator.events.deadletter import DeadLetterSink
@@ -50,6 +54,20 @@ def _row(rng: random.Random, key: int, wide: bool) -> list[Any]:
     return row
 
 
+def _update(rng: random.Random, rel: int, key: int, wide: bool) -> bytes:
+    """An update keeping its key (no old tuple), moving it (old key 'K', now and then null),
+    or with its whole old row ('O', REPLICA IDENTITY FULL: row by row)."""
+    new, r = _row(rng, key, wide), rng.random()
+    if r < 0.5:
+        return kit.update(rel, new)
+    if r < 0.85:
+        old = [rng.choice([str(key + 1), str(key), None if r < 0.52 else "7"])] + [None] * (
+            len(new) - 1
+        )
+        return kit.update(rel, new, old, "K")
+    return kit.update(rel, new, _row(rng, key + 1, wide), "O")
+
+
 def _stream(seed: int) -> list[bytes]:
     rng = random.Random(seed)
     msgs = [kit.relation(16400 + i, "public", f"t{i}", COLS) for i in range(3)]  # t2: not selected
@@ -62,9 +80,12 @@ def _stream(seed: int) -> list[bytes]:
             if r < 0.6:
                 msgs.extend(kit.insert(rel, _row(rng, key, wide[rel])) for _ in range(rng.choice([1, 5, 30])))
             elif r < 0.8:
-                msgs.append(kit.update(rel, _row(rng, key, wide[rel])))
+                msgs.extend(_update(rng, rel, key, wide[rel]) for _ in range(rng.choice([1, 1, 8])))
             elif r < 0.9:
-                msgs.append(kit.delete(rel, [str(key)] + [None] * (len(COLS) - 1 + wide[rel])))
+                nulls = [None] * (len(COLS) - 1 + wide[rel])
+                msgs.extend(
+                    kit.delete(rel, [str(key + i)] + nulls) for i in range(rng.choice([1, 1, 6]))
+                )
             elif r < 0.95:
                 msgs.append(kit.truncate([rel]))
             else:
@@ -76,7 +97,8 @@ def _stream(seed: int) -> list[bytes]:
     return msgs
 
 
-def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tuple[Any, ...]:
+def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition], poll: int = 10**9) -> tuple[Any, ...]:
+    """The events as a source hands them out, ending a poll every ``poll`` messages."""
     sink, stats = _Sink(), SourceStats()
     asm = ChangeAssembler(
         tables=TABLES, mapper=TypeMapper(None), committed=committed, toast=RowCache(1 << 20),
@@ -84,12 +106,15 @@ def _run(msgs: list[bytes], blocks: int, committed: dict[str, PgPosition]) -> tu
     )  # fmt: skip
     asm.change_blocks = blocks
     out = []
-    for m in msgs:
-        if blocks and m[0] == ord("I"):
+    for i, m in enumerate(msgs):
+        if blocks and m[0] in b"IUD":
             if not asm.keep_raw(m):
                 out.extend(asm.change_raw(m))
         else:
             out.extend(asm.handle(decode(m), len(m)))
+        if i % poll == poll - 1:
+            out.extend(asm.flush_run())
+    out.extend(asm.flush_run())
     return out, sink.got, stats, asm.tx_ends, asm.last_out
 
 
@@ -108,10 +133,36 @@ def test_blocks_give_the_row_by_row_events(seed: int, blocks: int) -> None:
     msgs = _stream(seed)
     committed = {"public.t1": PgPosition(0x1000 + 0x100 * 5, 10)} if seed % 2 else {}
     rows, rows_dead, rows_stats, rows_ends, rows_last = _run(msgs, 0, committed)
-    got, dead, stats, ends, last = _run(msgs, blocks, committed)
+    got, dead, stats, ends, last = _run(msgs, blocks, committed, poll=[10**9, 7, 50][seed % 3])
     assert any(type(ev) is BlockEvent for ev in got)
+    assert any(type(ev) is BlockEvent and ev.block.ops is not None for ev in got)  # mixed kinds
     assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
     assert dead == rows_dead and ends == rows_ends and last == rows_last
     assert (stats.changes, stats.skipped, stats.dead_letters) == (
         rows_stats.changes, rows_stats.skipped, rows_stats.dead_letters,
     )  # fmt: skip
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), blocks=st.sampled_from([1, 2, 16]), skip=st.booleans(),
+       poll=st.sampled_from([1, 3, 40, 10**9]))  # fmt: skip
+def test_random_streams_give_the_row_by_row_events(seed: int, blocks: int, skip: bool, poll: int) -> None:
+    """Inserts, updates (old key or not), deletes of tables with a key in any mix: the
+    blocks' rows, expanded, are the row-by-row events."""
+    msgs = _stream(seed)
+    committed = {"public.t0": PgPosition(0x1000 + 0x100 * 7, 3)} if skip else {}
+    rows, rows_dead, rows_stats, rows_ends, rows_last = _run(msgs, 0, committed)
+    got, dead, stats, ends, last = _run(msgs, blocks, committed, poll)
+    assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in rows]
+    assert dead == rows_dead and ends == rows_ends and last == rows_last
+    assert (stats.changes, stats.skipped) == (rows_stats.changes, rows_stats.skipped)
+
+
+def test_a_run_of_deletes_is_one_block() -> None:
+    """Deletes only (every column but the key null in the block, booleans too)."""
+    nulls = [None] * (len(COLS) - 1)
+    msgs = [kit.relation(16400, "public", "t0", COLS), kit.begin(0x1000, 1, 100)]
+    msgs += [kit.delete(16400, [str(k)] + nulls) for k in range(5)] + [kit.commit(0x1000, 0x1008, 1)]
+    got = _run(msgs, 2, {})[0]
+    assert [(type(e), e.rows) for e in got] == [(BlockEvent, 5)]
+    assert [(e.op.value, e.before, e.after) for e in row_events(got)] == [("d", {"id": k}, None) for k in range(5)]
