@@ -198,6 +198,13 @@ class ChangeAssembler:
         if self._group.seq:
             yield from self._flush()
 
+    def flush_complete(self) -> Iterator[ChangeEvent]:
+        """At a keepalive: the kept changes, when they end with their transaction's commit,
+        go out now (then the keepalive is an idle point, as it is row by row: a poll can go
+        on reading keepalives, and the slot could be left behind the WAL end)."""
+        if self._group.seq and self._group.tx is None:
+            yield from self._flush()
+
     def keep_raw(self, data: bytes) -> bool:
         """``change_raw`` for a message that only joins the group (True: kept), without a
         generator: the common case. False: nothing done, use ``change_raw``."""

@@ -452,6 +452,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             if data is None:
                 return
             if not data:  # keepalive: everything sent before it has been read
+                yield from asm.flush_complete()  # kept for blocks: out, so this is an idle point
                 if asm.idle:
                     self._idle_lsn, self._idle_out = stream.wal_end, asm.last_out
                     with self._lock:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pg_testkit as tk
 import pytest
 from test_pg_snapshot_copy import DDL, FULL, ODD, Make, Sql, _rows
 
@@ -103,3 +104,51 @@ def test_a_poll_that_reads_only_a_run_is_not_empty(sql: Sql, make_source: Make, 
     assert first and all(type(e) is BlockEvent for e in first)
     rest = _poll(src, 100 - sum(e.rows for e in first))  # type: ignore[attr-defined]
     assert [e.after["id"] for e in row_events(first + rest)] == list(range(1, 101))  # type: ignore[index]
+
+
+
+class _ScriptedStream:
+    """The replication connection's reading side, giving scripted messages ('' a keepalive,
+    None: nothing more within the wait)."""
+
+    def __init__(self, script: list[bytes | None], wal_end: int) -> None:
+        self.script, self.wal_end, self.received = script, wal_end, 0
+        self.statuses: list[int | None] = []
+
+    def read(self, timeout: float) -> bytes | None:
+        return self.script.pop(0) if self.script else None
+
+    def send_status(self, flushed: int | None = None) -> None:
+        self.statuses.append(flushed)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("blocks", [0, 2])
+def test_keepalive_after_kept_changes_is_an_idle_point(
+    sql: Sql, make_source: Make, tmp_path: Path, blocks: int
+) -> None:
+    """A keepalive right after a committed transaction whose changes are kept for blocks is an
+    idle point, as it is row by row: once they are acknowledged the slot moves on to it, past
+    WAL of no interest. Found by the key-rotation kill test: `run --until-idle` left the slot
+    behind the source's position at run start (the keepalive came while the poll still held
+    the transaction's changes, and no other came before the run ended)."""
+    sql("CREATE TABLE kept (id int PRIMARY KEY, v text)")
+    src = make_source(slot=f"kept{blocks}", tables=["public.kept"], change_blocks=blocks,
+                      state_dir=tmp_path / f"kept{blocks}")  # fmt: skip
+    src.start(Checkpoints.at({}))
+    while src.snapshot_in_progress:
+        list(src.poll())
+    assert list(src.poll()) == []
+    lsn, end, wal_end = 0x7000_0000, 0x7000_0100, 0x7000_0400
+    rel = tk.relation(99, "public", "kept", [(1, "id", 23, -1), (0, "v", 25, -1)])
+    script: list[bytes | None] = [tk.begin(lsn, 0, 900), rel]
+    script += [tk.insert(99, [i, f"v{i}"]) for i in range(1, 6)]
+    script += [tk.commit(lsn, end, 0), b"", None]
+    stream = _ScriptedStream(script, wal_end)
+    src._stream = stream  # type: ignore[assignment]
+    events = list(row_events(list(src.poll())))
+    assert [e.after["id"] for e in events] == [1, 2, 3, 4, 5] and events[-1].last_in_tx
+    src.acknowledge(events[-1].position)
+    assert stream.statuses and stream.statuses[-1] == wal_end, stream.statuses
