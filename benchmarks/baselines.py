@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from benchmarks.workloads import TableDef
 from replicator.checkpoint import Checkpoints
 from replicator.config import BatchConfig
+from replicator.events.block import row_events
 from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
 from replicator.pipeline.batcher import Batcher
 from replicator.sources.base import ChangeSource
@@ -68,7 +69,7 @@ def arrow_schema(table: TableDef, *, with_op: bool = False) -> pa.Schema:
 def latest_per_key(events: Sequence[ChangeEvent]) -> dict[Any, Mapping[str, Any] | None]:
     """Key -> the row after the batch (None: deleted). A key change deletes the old key."""
     out: dict[Any, Mapping[str, Any] | None] = {}
-    for ev in events:
+    for ev in row_events(events):  # block events (source.change_blocks) as their rows
         if ev.op is Op.DELETE:
             assert ev.before is not None
             out[ev.before["id"]] = None
