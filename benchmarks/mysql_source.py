@@ -30,6 +30,21 @@ from sample_dbs.mysql.server import PrivateMariaDB, install_template
 _ids = itertools.count(7000)
 
 
+def _timed_drain(src: Any, label: str, unit: str, *, start: bool = False) -> None:
+    """Drain ``src`` (started here when ``start``), close it, print its rate and CPU cost."""
+    t, c = time.perf_counter(), time.process_time()
+    if start:
+        src.start(Checkpoints())
+    n = _drain(src)
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
+    src.close()
+    print(
+        f"{label}: {n:,} {unit} in {dt:.2f}s = {n / dt:,.0f} {unit}/s; "
+        f"CPU {cpu:.2f}s = {n / cpu:,.0f} {unit}/CPU-s",
+        flush=True,
+    )
+
+
 def _drain(src: MySQLSource) -> int:
     n = 0
     while True:
@@ -69,16 +84,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 for kw in configs:
                     src = _source(db, "snapshot", ["snap"], base, **kw)
-                    t, c = time.perf_counter(), time.process_time()
-                    src.start(Checkpoints())
-                    n = _drain(src)
-                    dt, cpu = time.perf_counter() - t, time.process_time() - c
-                    src.close()
-                    print(
-                        f"snapshot {kw}: {n:,} rows in {dt:.2f}s = {n / dt:,.0f} rows/s; "
-                        f"CPU {cpu:.2f}s = {n / cpu:,.0f} rows/CPU-s",
-                        flush=True,
-                    )
+                    _timed_drain(src, f"snapshot {kw}", "rows", start=True)
         if "mixed" in todo:
             w = W.mixed(args.events, seed=42)
             db.execute("CREATE DATABASE mixed")
@@ -96,15 +102,7 @@ def main() -> None:
             for tx in w.plan:
                 app.apply(tx)
             for kw, src in srcs:
-                t, c = time.perf_counter(), time.process_time()
-                n = _drain(src)
-                dt, cpu = time.perf_counter() - t, time.process_time() - c
-                src.close()
-                print(
-                    f"mixed {kw}: {n:,} events in {dt:.2f}s = {n / dt:,.0f} events/s; "
-                    f"CPU {cpu:.2f}s = {n / cpu:,.0f} events/CPU-s",
-                    flush=True,
-                )
+                _timed_drain(src, f"mixed {kw}", "events")
     print(f"load {os.getloadavg()}")
 
 
