@@ -10,7 +10,7 @@ from benchmarks import baselines as B
 from benchmarks import workloads as W
 from benchmarks.harness import EngineSession
 from benchmarks.phase_result import phase_dict
-from benchmarks.scenario_context import Context, engine_config, nest, spark_counts
+from benchmarks.scenario_context import Context, engine_config, nest, spark_counts, write_plan
 from benchmarks.scenario_result import WorkloadResult, workload_info
 from replicator.config import MySQLSourceConfig
 
@@ -36,12 +36,7 @@ def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
         if w.snapshot_only:
             return False
         position.append(B.mysql_binlog_position(ctx.mdb))
-        t = time.perf_counter()
-        for tx in w.plan:
-            applier.apply(tx)
-        res.generate_seconds = time.perf_counter() - t
-        ctx.log(f"  mariadb/{w.name}: wrote {w.events:,} changes in {len(w.plan):,} "
-                f"transactions in {res.generate_seconds:.1f}s")  # fmt: skip
+        res.generate_seconds = write_plan(ctx, f"mariadb/{w.name}", w.plan, applier, w.events)
         return True
 
     nest([sess], innermost, not w.snapshot_only)

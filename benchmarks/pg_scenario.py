@@ -16,7 +16,14 @@ from benchmarks import workloads as W
 from benchmarks.harness import EngineSession
 from benchmarks.phase_result import phase_dict
 from benchmarks.readcost import read_cost
-from benchmarks.scenario_context import PUBLICATION, Context, engine_config, nest, spark_counts
+from benchmarks.scenario_context import (
+    PUBLICATION,
+    Context,
+    engine_config,
+    nest,
+    spark_counts,
+    write_plan,
+)
 from benchmarks.scenario_result import WorkloadResult, workload_info
 from replicator.config import BatchConfig, PostgresSourceConfig
 from replicator.events.deadletter import DeadLetterSink
@@ -96,12 +103,7 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
             return False
         for name in ("raw_peek", "raw_stream"):
             slots[name] = B.pg_create_slot(dsn, name)
-        t_gen = time.perf_counter()
-        for tx in w.plan:
-            applier.apply(tx)
-        res.generate_seconds = time.perf_counter() - t_gen
-        ctx.log(f"  postgres/{w.name}: wrote {w.events:,} changes in {len(w.plan):,} "
-                f"transactions in {res.generate_seconds:.1f}s")  # fmt: skip
+        res.generate_seconds = write_plan(ctx, f"postgres/{w.name}", w.plan, applier, w.events)
         return True
 
     nest(sessions, innermost, not w.snapshot_only)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,3 +138,13 @@ def nest(sessions: list[EngineSession], innermost: Callable[[], bool], changes: 
         return step
 
     step_for(0)()
+
+
+def write_plan(ctx: Context, label: str, plan: list[Any], applier: Any, events: int) -> float:
+    """Apply a workload's transactions to its source database; the seconds it took (logged)."""
+    t = time.perf_counter()
+    for tx in plan:
+        applier.apply(tx)
+    seconds = time.perf_counter() - t
+    ctx.log(f"  {label}: wrote {events:,} changes in {len(plan):,} transactions in {seconds:.1f}s")
+    return seconds
