@@ -22,7 +22,7 @@ import yaml
 
 from replicator.pipeline.crashpoints import ENV, EXIT_CODE
 from replicator.pipeline.runner import Replicator
-from replicator.sources.postgres.changes import RUN_MAX_ROWS
+from replicator.sources.postgres.change_group import EVENT_MAX_ROWS
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
 from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.judges import assert_no_duplicate_data_files
@@ -97,8 +97,8 @@ def test_a_transaction_larger_than_the_batch_is_one_snapshot(
     summary = engine.run(until_idle=True)
     assert not summary.stopped and summary.dead_letters == 0, summary
     assert engine.spiller.chunks >= changes // MAX_EVENTS - 2  # staged, not held
-    # A block of a run of changes (at most RUN_MAX_ROWS rows) may go past the limit once.
-    assert engine.batcher is not None and engine.batcher.peak <= MAX_EVENTS + (RUN_MAX_ROWS if change_blocks else 0)
+    # A block event (at most EVENT_MAX_ROWS rows) may go past the limit once.
+    assert engine.batcher is not None and engine.batcher.peak <= MAX_EVENTS + (EVENT_MAX_ROWS if change_blocks else 0)
     # ONE snapshot per table for the transaction (and one more for u's later insert).
     assert _snapshots(cfg_path, "public.t") == before["public.t"] + 1
     assert _snapshots(cfg_path, "public.u") == before["public.u"] + 2

@@ -31,6 +31,11 @@ _INSERT = ord("I")
 # batch, or stages a chunk of a transaction larger than a batch, after an event, so one far
 # past ``batch.max_events`` would hold that much more than asked.
 EVENT_MAX_ROWS = 512
+# A poll's kept changes at most, in rows and message bytes: they are decoded (and held) at
+# once, and a streamed transaction replays whole in one poll. A table's block costs ~0.5 ms
+# whatever its rows, so it pays past ~100 rows: a group spread over 100 tables needs ~10k.
+GROUP_MAX_ROWS = 65536
+GROUP_MAX_BYTES = 32 << 20
 
 
 class ChangeRun:
@@ -67,14 +72,19 @@ class ChangeGroup:
     and Commit messages between them. ``tx``: the transaction the next change belongs to
     (the assembler's own state moves on only when the group is handed out)."""
 
-    __slots__ = ("seq", "msgs", "rows", "tx", "_seg")
+    __slots__ = ("seq", "msgs", "rows", "size", "tx", "_seg")
 
     def __init__(self, tx: Any = None) -> None:
         self.seq: list[Any] = []
         self.msgs: dict[int, tuple[RelState, list[bytes]]] = {}
         self.rows = 0
+        self.size = 0  # bytes of the kept messages
         self.tx = tx
         self._seg: list[Any] | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.rows >= GROUP_MAX_ROWS or self.size >= GROUP_MAX_BYTES
 
     def keep(self, rel: RelState, data: bytes) -> None:
         seg = self._seg
@@ -89,6 +99,7 @@ class ChangeGroup:
         else:
             got[1].append(data)
         self.rows += 1
+        self.size += len(data)
         self.tx.index += 1
 
     def mark(self, msg: Any, tx: Any) -> None:

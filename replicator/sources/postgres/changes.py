@@ -54,9 +54,6 @@ Pending = tuple[
 make_event = event_maker("postgres")
 # pgoutput type bytes
 _INSERT, _UPDATE, _DELETE, _NEW, _OLD_KEY = ord("I"), ord("U"), ord("D"), ord("N"), ord("K")
-# Rows of one block at most: a streamed transaction replays whole in one poll, and a block's
-# rows are decoded (and held) at once.
-RUN_MAX_ROWS = 8192
 
 
 @dataclass
@@ -181,7 +178,7 @@ class ChangeAssembler:
         rel = self._rels.get(_U32.unpack_from(data, 1)[0]) if len(data) >= 6 else None
         if rel is not None and self._keepable(data, rel):
             group = self._group
-            if group.rows >= RUN_MAX_ROWS:
+            if group.full:
                 yield from self._flush()
             group = self._group
             if not group.seq:
@@ -209,7 +206,7 @@ class ChangeAssembler:
         """``change_raw`` for a message that only joins the group (True: kept), without a
         generator: the common case. False: nothing done, use ``change_raw``."""
         group = self._group
-        if not group.seq or len(data) < 6 or group.rows >= RUN_MAX_ROWS:
+        if not group.seq or len(data) < 6 or group.full:
             return False
         rel = self._rels.get(_U32.unpack_from(data, 1)[0])
         if rel is None or not self._keepable(data, rel):

@@ -55,6 +55,7 @@ from replicator.sources.common.lifecycle import DatabaseSource
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.observe import PollSpent
 from replicator.sources.postgres import setup, standby
+from replicator.sources.postgres.change_group import GROUP_MAX_ROWS
 from replicator.sources.postgres.changes import ChangeAssembler, RelState, SourceStats
 from replicator.sources.postgres.incremental import (
     PgIncremental,
@@ -429,11 +430,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             with self._lock:
                 self._discover()
                 incr.next_chunk()
-        n = 0
-        # Runs of changes as blocks, unless a chunk window (opened only above) watches the rows.
+        n, started = 0, False
+        # Changes as blocks (a poll reads a full group), unless a chunk window watches the rows.
         blocks = asm.change_blocks > 0 and (incr is None or incr.window is None)
-        started = False
-        while n < self.poll_max_messages:
+        while n < (max(self.poll_max_messages, GROUP_MAX_ROWS) if blocks else self.poll_max_messages):
             # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
             # rarely ends mid-transaction); between transactions only drain what is arriving.
             wait = self.poll_wait_s if not started or asm.in_transaction else 0.005

@@ -166,3 +166,31 @@ def test_a_run_of_deletes_is_one_block() -> None:
     got = _run(msgs, 2, {})[0]
     assert [(type(e), e.rows) for e in got] == [(BlockEvent, 5)]
     assert [(e.op.value, e.before, e.after) for e in row_events(got)] == [("d", {"id": k}, None) for k in range(5)]
+
+
+def test_a_poll_spread_over_many_tables_is_one_block_per_table() -> None:
+    """20,000 inserts over 100 tables in one poll: each table's 200 changes are one block
+    (a block's fixed cost pays only past ~100 rows), however they interleave. A group capped
+    at 8,192 rows split them into ~82 per table, under ``change_blocks`` 128: row by row."""
+    tables = {f"public.m{i}": TableInfo(16500 + i, "public", f"m{i}", "d", ("id",)) for i in range(100)}
+    msgs = [kit.relation(16500 + i, "public", f"m{i}", COLS) for i in range(100)]
+    msgs.append(kit.begin(0x1000, 1, 100))
+    row = ["1", "2", None, "s", "1.50", "1.5", "t", None]
+    msgs += [kit.insert(16500 + k % 100, [str(k), *row[1:]]) for k in range(20_000)]
+    msgs.append(kit.commit(0x1000, 0x1008, 1))
+    asm = ChangeAssembler(
+        tables=tables, mapper=TypeMapper(None), committed={}, toast=RowCache(1 << 20),
+        stats=SourceStats(), dead_letters=_Sink(), fetch_current=lambda *a: None,
+    )  # fmt: skip
+    asm.change_blocks = 128
+    got = []
+    for m in msgs:
+        if m[0] in b"IUD":
+            if not asm.keep_raw(m):
+                got.extend(asm.change_raw(m))
+        else:
+            got.extend(asm.handle(decode(m), len(m)))
+    got.extend(asm.flush_run())
+    assert all(type(ev) is BlockEvent for ev in got)
+    assert len({id(ev.block) for ev in got}) == 100
+    assert [int(ev.after["id"]) for ev in row_events(got)] == list(range(20_000))
