@@ -31,9 +31,12 @@ _INSERT = ord("I")
 # batch, or stages a chunk of a transaction larger than a batch, after an event, so one far
 # past ``batch.max_events`` would hold that much more than asked.
 EVENT_MAX_ROWS = 512
-# A poll's kept changes at most, in rows and message bytes: they are decoded (and held) at
-# once, and a streamed transaction replays whole in one poll. A table's block costs ~0.5 ms
-# whatever its rows, so it pays past ~100 rows: a group spread over 100 tables needs ~10k.
+# A poll's kept changes go out once each table has a block's worth on average (a block
+# costs ~0.5 ms whatever its rows, so it pays past ~100 rows) and there are at least
+# GROUP_MIN_ROWS (the engine waits for them: bigger would stall it longer), or at most
+# GROUP_MAX_ROWS or GROUP_MAX_BYTES of messages: they are decoded and held at once.
+GROUP_MIN_ROWS = 8192
+GROUP_ROWS_PER_TABLE = 256
 GROUP_MAX_ROWS = 65536
 GROUP_MAX_BYTES = 32 << 20
 
@@ -84,7 +87,14 @@ class ChangeGroup:
 
     @property
     def full(self) -> bool:
-        return self.rows >= GROUP_MAX_ROWS or self.size >= GROUP_MAX_BYTES
+        rows = self.rows
+        if rows < GROUP_MIN_ROWS:
+            return False
+        return (
+            rows >= len(self.msgs) * GROUP_ROWS_PER_TABLE
+            or rows >= GROUP_MAX_ROWS
+            or self.size >= GROUP_MAX_BYTES
+        )
 
     def keep(self, rel: RelState, data: bytes) -> None:
         seg = self._seg

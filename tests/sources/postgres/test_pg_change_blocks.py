@@ -194,3 +194,26 @@ def test_a_poll_spread_over_many_tables_is_one_block_per_table() -> None:
     assert all(type(ev) is BlockEvent for ev in got)
     assert len({id(ev.block) for ev in got}) == 100
     assert [int(ev.after["id"]) for ev in row_events(got)] == list(range(20_000))
+
+
+def test_a_group_goes_out_once_its_tables_have_a_block_each() -> None:
+    """One table: out at GROUP_MIN_ROWS (the engine waits for a group, so no later); 100
+    tables: at GROUP_ROWS_PER_TABLE each on average; never past GROUP_MAX_ROWS."""
+    from replicator.sources.postgres import change_group as cg
+
+    def rows_until_full(tables: int) -> int:
+        group = cg.ChangeGroup(_TxCount())
+        rels = [object() for _ in range(tables)]
+        n = 0
+        while not group.full:
+            group.keep(rels[n % tables], b"I" * 40)
+            n += 1
+        return n
+
+    assert rows_until_full(1) == cg.GROUP_MIN_ROWS
+    assert rows_until_full(100) == 100 * cg.GROUP_ROWS_PER_TABLE
+    assert rows_until_full(1000) == cg.GROUP_MAX_ROWS
+
+
+class _TxCount:
+    index = 0
