@@ -46,14 +46,26 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+from sqlalchemy import bindparam
 from sqlalchemy import update as sql_update
-from sqlalchemy.orm import Session
 
 from replicator.iceberg.v3_metadata import with_next_row_id, write_v3_metadata
 
 # Parsed metadata files kept per catalog (a few per table the engine writes).
 CACHED_METADATA_FILES = 256
 
+
+# pyiceberg's UPDATE of a table's row in ``SqlCatalog.commit_table`` (supports_sane_rowcount).
+_SWAP = (
+    sql_update(IcebergTables)
+    .where(
+        IcebergTables.catalog_name == bindparam("catalog"),
+        IcebergTables.table_namespace == bindparam("namespace"),
+        IcebergTables.table_name == bindparam("table"),
+        IcebergTables.metadata_location == bindparam("expected"),
+    )
+    .values(metadata_location=bindparam("new"), previous_metadata_location=bindparam("expected"))
+)
 
 class FastCommitSqlCatalog(SqlCatalog):
     """pyiceberg's ``SqlCatalog`` with the cached parse and the copy-free update (module
@@ -121,24 +133,24 @@ class FastCommitSqlCatalog(SqlCatalog):
         return super().commit_table(table, requirements, updates)
 
     def _swap(self, table: Table, expected: str, new: str) -> bool:
-        """pyiceberg's compare-and-swap of the table's row: whether it was at ``expected``."""
+        """pyiceberg's compare-and-swap of the table's row (the same UPDATE, through a plain
+        connection instead of an ORM session): whether the row was at ``expected``."""
         identifier = table.name()
         namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
-        with Session(self.engine) as session:
-            result = session.execute(
-                sql_update(IcebergTables)
-                .where(
-                    IcebergTables.catalog_name == self.name,
-                    IcebergTables.table_namespace == namespace,
-                    IcebergTables.table_name == Catalog.table_name_from(identifier),
-                    IcebergTables.metadata_location == expected,
-                )
-                .values(metadata_location=new, previous_metadata_location=expected)
+        with self.engine.connect() as connection, connection.begin() as transaction:
+            result = connection.execute(
+                _SWAP,
+                {
+                    "catalog": self.name,
+                    "namespace": namespace,
+                    "table": Catalog.table_name_from(identifier),
+                    "expected": expected,
+                    "new": new,
+                },
             )
-            if result.rowcount < 1:  # type: ignore[attr-defined]
-                session.rollback()
+            if result.rowcount < 1:
+                transaction.rollback()
                 return False
-            session.commit()
         return True
 
     def _update_and_stage_table(
