@@ -8,14 +8,16 @@ file on a table of ~130 snapshots: 38 ms each; the parse 5.6 ms, the copy 12.6 m
 Both are safe to skip, and so is the catalog's SELECT of the table's row before the UPDATE
 (``commit_table``): when the caller's table is at a metadata file this catalog has parsed, the
 requirements are checked against that file's metadata and the row is updated under the same
-compare-and-swap pyiceberg uses (``WHERE metadata_location = <the base's>``); if the row moved,
-nothing is changed and pyiceberg's own path (load, check, swap) decides, so every outcome is
-the one pyiceberg's ``commit_table`` gives. A metadata file is never rewritten (each commit writes a new one), so
-its parsed ``TableMetadata`` is cached by location, seeded by the commit that writes it. And
-metadata models are immutable (pyiceberg builds new ones with ``model_copy(update=...)``), so
-the updated metadata may share parts with the base instead of being a deep copy. A subclass
-of ``SqlCatalog`` (``FastCommitSqlCatalog``) overrides the three steps; every other catalog
-is left as it is. Format-v3 metadata, which pyiceberg 0.12 reads but refuses to write, is
+compare-and-swap pyiceberg uses (``WHERE metadata_location = <the base's>``, through a plain
+connection, not an ORM session); if the row moved, nothing is changed and pyiceberg's own path
+(load, check, swap) decides, so every outcome is the one pyiceberg's ``commit_table`` gives.
+
+A metadata file is never rewritten (each commit writes a new one), so its parsed
+``TableMetadata`` is cached by location, seeded by the commit that writes it. And metadata
+models are immutable (pyiceberg builds new ones with ``model_copy(update=...)``), so the
+updated metadata may share parts with the base instead of being a deep copy. A subclass of
+``SqlCatalog`` (``FastCommitSqlCatalog``) overrides these steps and ``commit_table``; every
+other catalog is left as it is. Format-v3 metadata, which pyiceberg 0.12 reads but refuses to write, is
 written by ``v3_metadata``, so every commit of a v3 table (creation, schema and property
 changes) works on this catalog.
 
@@ -27,6 +29,7 @@ pyiceberg internals overridden or used (pinned in ``tests/iceberg/test_pyiceberg
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from datetime import datetime
 from typing import Any
@@ -66,6 +69,7 @@ _SWAP = (
     )
     .values(metadata_location=bindparam("new"), previous_metadata_location=bindparam("expected"))
 )
+
 
 class FastCommitSqlCatalog(SqlCatalog):
     """pyiceberg's ``SqlCatalog`` with the cached parse and the copy-free update (module
@@ -129,7 +133,8 @@ class FastCommitSqlCatalog(SqlCatalog):
             return CommitTableResponse.model_validate(
                 {"metadata": staged.metadata, "metadata-location": staged.metadata_location}
             )
-        staged.io.delete(staged.metadata_location)  # never referenced: the row had moved
+        with contextlib.suppress(Exception):  # never referenced (the row had moved); best effort
+            staged.io.delete(staged.metadata_location)
         return super().commit_table(table, requirements, updates)
 
     def _swap(self, table: Table, expected: str, new: str) -> bool:
