@@ -22,6 +22,8 @@ Rules it applies (Iceberg spec):
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -240,6 +242,7 @@ def write_manifest_list(
         metadata["first-row-id"] = str(first_row_id)
     records = [_manifest_record(version, m) for m in listed]
     _store(file_io, path, avro_bytes(manifest_list_schema(version), "manifest_file", metadata, records))
+    _remember_list(path, [_as_read(version, m) for m in listed])
     added_rows = (next_row_id - first_row_id) if next_row_id is not None and first_row_id is not None else 0
     return listed, added_rows
 
@@ -261,9 +264,39 @@ def _manifest_record(version: FormatVersion, m: ListedManifest) -> Record:
     return Record(*values)
 
 
+# Manifest lists this process wrote or read, by path: a file is never rewritten (its name is
+# unique), so the next commit on a table reads its parent's list from here, without a storage
+# round trip. Bounded (least recently used first out); entries are frozen.
+CACHED_MANIFEST_LISTS = 512
+_lists: OrderedDict[str, tuple[ListedManifest, ...]] = OrderedDict()
+_lists_lock = threading.Lock()
+
+
+def _remember_list(path: str, manifests: Sequence[ListedManifest]) -> None:
+    with _lists_lock:
+        _lists[path] = tuple(manifests)
+        _lists.move_to_end(path)
+        while len(_lists) > CACHED_MANIFEST_LISTS:
+            _lists.popitem(last=False)
+
+
+def _as_read(version: FormatVersion, m: ListedManifest) -> ListedManifest:
+    """``m`` as ``read_manifest_list`` decodes it from a list written at ``version``."""
+    keeps_row_id = version >= 3 and m.content == ManifestContent.DATA
+    return m if keeps_row_id or m.first_row_id is None else replace(m, first_row_id=None)
+
+
 def read_manifest_list(file_io: FileIO, path: str) -> list[ListedManifest]:
     """The manifests a manifest list names (any writer, v2 or v3)."""
-    return [_listed_from_record(r) for r in read_avro(file_io.new_input(path), manifest_list_schema(3))]
+    with _lists_lock:
+        cached = _lists.get(path)
+        if cached is not None:
+            _lists.move_to_end(path)
+    if cached is not None:
+        return list(cached)
+    found = [_listed_from_record(r) for r in read_avro(file_io.new_input(path), manifest_list_schema(3))]
+    _remember_list(path, found)
+    return found
 
 
 def _listed_from_record(r: Record) -> ListedManifest:

@@ -100,3 +100,36 @@ def test_records_are_pyicebergs_and_the_trees_are_built_once(tmp_path: Path, mon
         (tmp_path / f"m{i}.avro").write_bytes(avro_io.avro_bytes(schema, "manifest_entry", {}, [entry]))
         assert len(avro_io.read_avro(io_.new_input(str(tmp_path / f"m{i}.avro")), schema)) == 1
     assert built == ["writer", "reader"]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_written_manifest_list_is_remembered_as_it_reads_back(tmp_path: Path, version: int) -> None:
+    """The next commit reads its parent's list from memory: what is kept is what a reader
+    decodes from the file (v2 lists carry no first row ids; v3 ones only on data manifests)."""
+    from replicator.iceberg import manifest_writer
+    from replicator.iceberg.dv_commit import commit_files
+    from replicator.iceberg.manifest_writer import content_file, read_manifest_list
+    from replicator.iceberg.roaring import positions
+    from replicator.iceberg.v3_metadata import create_v3_table
+    from tests.iceberg.tablekit import SCHEMA, data_file, eq_deletes, sql_catalog
+
+    catalog = sql_catalog(tmp_path)
+    if version == 3:
+        table = create_v3_table(catalog, "db.t", SCHEMA, location=f"file://{tmp_path}/db/t")
+    else:
+        table = catalog.create_table("db.t", SCHEMA, properties={"format-version": "2"})
+    d1 = data_file(table, "d1", [(1, "a"), (2, "b")])
+    table = commit_files(table, data_files=[content_file(d1)]).table
+    head = table.current_snapshot()
+    assert head is not None
+    vectors = {d1.file_path: positions([0])} if version == 3 else None
+    table = commit_files(table, data_files=[content_file(data_file(table, "d2", [(3, "c")]))],
+                         delete_files=[content_file(eq_deletes(table, "e2", [2]))], deletion_vectors=vectors,
+                         expected_parent_snapshot_id=head.snapshot_id).table  # fmt: skip
+    head = table.current_snapshot()
+    assert head is not None
+    remembered = read_manifest_list(table.io, head.manifest_list)
+    manifest_writer._lists.clear()
+    decoded = read_manifest_list(table.io, head.manifest_list)
+    assert remembered == decoded and len(decoded) >= 3
+    assert {m.content for m in decoded} == {0, 1}
