@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import (
+    StatisticsCollector,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -225,7 +226,7 @@ def _describe(
 
     parquet_metadata = call_with_retries(read_footer, what=f"reading the footer of {path}")
 
-    file_schema = _file_schema(parquet_metadata, path, metadata.format_version)
+    file_schema, column_mapping = _file_schema(parquet_metadata, path, metadata.format_version)
     file_ids = file_schema.field_ids
     for field_id in file_ids:
         try:
@@ -240,9 +241,9 @@ def _describe(
 
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=parquet_metadata,
-        stats_columns=compute_statistics_plan(stats_schema, dict(properties)),
+        stats_columns=_statistics_plan(stats_schema, properties),
         # Map Parquet column paths through the file's own names and ids: robust to renames.
-        parquet_column_mapping=parquet_path_to_id_mapping(file_schema),
+        parquet_column_mapping=column_mapping,
     )
     data_file = DataFile.from_args(
         content=content,
@@ -263,12 +264,44 @@ def _describe(
     return data_file
 
 
-def _file_schema(parquet_metadata: pq.FileMetaData, path: str, format_version: int) -> Schema:
+# The per-schema work of describing a file, done once per schema: a batch describes a few
+# files of each of its tables, all with the same few schemas. Keyed by the Arrow schema's IPC
+# bytes (field ids included) and by schema identity (the cached Schema is kept, so its id
+# stays its own); bounded, cleared when full.
+_CACHED_SCHEMAS = 256
+_file_schemas: dict[tuple[bytes, int], tuple[Schema, dict[str, int]]] = {}
+_plans: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[Schema, dict[int, StatisticsCollector]]] = {}
+
+
+def _statistics_plan(schema: Schema, properties: Mapping[str, str]) -> dict[int, StatisticsCollector]:
+    """``compute_statistics_plan(schema, properties)``, computed once per schema and properties."""
+    key = (id(schema), tuple(sorted(properties.items())))
+    hit = _plans.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    plan = compute_statistics_plan(schema, dict(properties))
+    if len(_plans) >= _CACHED_SCHEMAS:
+        _plans.clear()
+    _plans[key] = (schema, plan)
+    return plan
+
+
+def _file_schema(parquet_metadata: pq.FileMetaData, path: str, format_version: int) -> tuple[Schema, dict[str, int]]:
+    """The file's Iceberg schema (by its field ids) and its Parquet column paths' field ids."""
     arrow_schema = parquet_metadata.schema.to_arrow_schema()
+    key = (arrow_schema.serialize().to_pybytes(), format_version)
+    hit = _file_schemas.get(key)
+    if hit is not None:
+        return hit
     try:
-        return pyarrow_to_schema(arrow_schema, format_version=format_version)  # type: ignore[arg-type]
+        schema = pyarrow_to_schema(arrow_schema, format_version=format_version)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ValueError(
             f"{path}: Parquet schema lacks Iceberg field ids; write it with an Arrow schema from "
             "pyiceberg.io.pyarrow.schema_to_pyarrow (or the helpers in this module)"
         ) from exc
+    found = (schema, parquet_path_to_id_mapping(schema))
+    if len(_file_schemas) >= _CACHED_SCHEMAS:
+        _file_schemas.clear()
+    _file_schemas[key] = found
+    return found

@@ -21,19 +21,20 @@ Rules it applies (Iceberg spec):
 
 from __future__ import annotations
 
-import io as _stdio
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
-from pyiceberg.io import FileIO, InputFile, OutputFile, OutputStream
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, construct_partition_summaries
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
+from replicator.iceberg.avro_io import avro_bytes, read_avro
 from replicator.iceberg.manifest_schema import (
     ContentFile,
     FileContent,
@@ -57,34 +58,6 @@ __all__ = [
 
 _CODEC = {"avro.codec": "deflate"}
 _CONTENT_NAMES = {ManifestContent.DATA: "data", ManifestContent.DELETES: "deletes"}
-
-
-class _MemoryOutput(OutputFile):
-    """An OutputFile that keeps the bytes, so the caller knows the exact length and stores
-    the file with one write."""
-
-    def __init__(self, location: str) -> None:
-        super().__init__(location)
-        self.buffer = _stdio.BytesIO()
-
-    def __len__(self) -> int:
-        return len(self.buffer.getvalue())
-
-    def exists(self) -> bool:
-        return False
-
-    def to_input_file(self) -> InputFile:  # pragma: no cover - never read back
-        raise NotImplementedError
-
-    def create(self, overwrite: bool = False) -> OutputStream:
-        buffer = self.buffer
-
-        class _Stream(_stdio.BytesIO):
-            def close(self) -> None:
-                buffer.write(self.getvalue())
-                super().close()
-
-        return _Stream()
 
 
 def _store(file_io: FileIO, path: str, data: bytes) -> None:
@@ -163,21 +136,17 @@ def write_manifest(
         "content": _CONTENT_NAMES[content],
         **_CODEC,
     }
-    output = _MemoryOutput(path)
-    with AvroOutputFile[Record](output, file_schema, "manifest_entry", metadata=metadata) as out:
-        out.write_block(
-            [
-                Record(
-                    int(e.status),
-                    snapshot_id if e.status != Status.EXISTING else e.snapshot_id,
-                    e.sequence_number,
-                    e.file_sequence_number,
-                    _file_record(version, e.file),
-                )
-                for e in entries
-            ]
+    records = [
+        Record(
+            int(e.status),
+            snapshot_id if e.status != Status.EXISTING else e.snapshot_id,
+            e.sequence_number,
+            e.file_sequence_number,
+            _file_record(version, e.file),
         )
-    data = output.buffer.getvalue()
+        for e in entries
+    ]
+    data = avro_bytes(file_schema, "manifest_entry", metadata, records)
     _store(file_io, path, data)
     return _listed(path, len(data), spec, schema, content, snapshot_id, entries)
 
@@ -271,10 +240,9 @@ def write_manifest_list(
     }
     if version >= 3:
         metadata["first-row-id"] = str(first_row_id)
-    output = _MemoryOutput(path)
-    with AvroOutputFile[Record](output, manifest_list_schema(version), "manifest_file", metadata=metadata) as out:
-        out.write_block([_manifest_record(version, m) for m in listed])
-    _store(file_io, path, output.buffer.getvalue())
+    records = [_manifest_record(version, m) for m in listed]
+    _store(file_io, path, avro_bytes(manifest_list_schema(version), "manifest_file", metadata, records))
+    _remember_list(path, [_as_read(version, m) for m in listed])
     added_rows = (next_row_id - first_row_id) if next_row_id is not None and first_row_id is not None else 0
     return listed, added_rows
 
@@ -296,10 +264,39 @@ def _manifest_record(version: FormatVersion, m: ListedManifest) -> Record:
     return Record(*values)
 
 
+# Manifest lists this process wrote or read, by path: a file is never rewritten (its name is
+# unique), so the next commit on a table reads its parent's list from here, without a storage
+# round trip. Bounded (least recently used first out); entries are frozen.
+CACHED_MANIFEST_LISTS = 512
+_lists: OrderedDict[str, tuple[ListedManifest, ...]] = OrderedDict()
+_lists_lock = threading.Lock()
+
+
+def _remember_list(path: str, manifests: Sequence[ListedManifest]) -> None:
+    with _lists_lock:
+        _lists[path] = tuple(manifests)
+        _lists.move_to_end(path)
+        while len(_lists) > CACHED_MANIFEST_LISTS:
+            _lists.popitem(last=False)
+
+
+def _as_read(version: FormatVersion, m: ListedManifest) -> ListedManifest:
+    """``m`` as ``read_manifest_list`` decodes it from a list written at ``version``."""
+    keeps_row_id = version >= 3 and m.content == ManifestContent.DATA
+    return m if keeps_row_id or m.first_row_id is None else replace(m, first_row_id=None)
+
+
 def read_manifest_list(file_io: FileIO, path: str) -> list[ListedManifest]:
     """The manifests a manifest list names (any writer, v2 or v3)."""
-    with AvroFile[Record](file_io.new_input(path), manifest_list_schema(3)) as reader:
-        return [_listed_from_record(r) for r in reader]
+    with _lists_lock:
+        cached = _lists.get(path)
+        if cached is not None:
+            _lists.move_to_end(path)
+    if cached is not None:
+        return list(cached)
+    found = [_listed_from_record(r) for r in read_avro(file_io.new_input(path), manifest_list_schema(3))]
+    _remember_list(path, found)
+    return found
 
 
 def _listed_from_record(r: Record) -> ListedManifest:
@@ -321,8 +318,7 @@ def read_manifest(
     """Every entry of ``manifest`` with inherited values filled in: snapshot id, sequence
     numbers (ADDED entries), and v3 first row ids of data files."""
     read_schema = entry_schema(3, spec.partition_type(schema))
-    with AvroFile[Record](file_io.new_input(manifest.manifest_path), read_schema) as reader:
-        records = list(reader)
+    records = read_avro(file_io.new_input(manifest.manifest_path), read_schema)
     next_row_id = manifest.first_row_id
     entries = []
     for r in records:

@@ -458,7 +458,8 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[Written]) -> Co
         ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
         position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
     )  # fmt: skip
-    state.table = table.refresh()
+    # ``commit_batch`` advanced ``table`` to the snapshot it committed: no catalog load. A
+    # later commit by another writer shows as a conflict at our next commit (re-read then).
     if positions is not None and env.indexes is not None:
         env.crash("index-behind")
         head = state.table.metadata.snapshot_by_name(target_branch(state.table))

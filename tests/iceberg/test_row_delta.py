@@ -226,6 +226,18 @@ def test_file_without_field_ids_is_rejected(table: Table) -> None:
         data_file_from_parquet(table, path)
 
 
+def test_files_of_the_same_names_are_described_by_their_own_field_ids(table: Table) -> None:
+    """The per-schema work is shared between files of one schema only: the same column names
+    under other field ids are those ids' (here: one the table lacks)."""
+    data_file(table, "first", [(1, "a")])
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata={"PARQUET:field_id": "1"}),
+                       pa.field("name", pa.string(), metadata={"PARQUET:field_id": "99"})])  # fmt: skip
+    path = write_parquet(table, "other_ids", [{"id": 1, "name": "a"}], arrow)
+    with pytest.raises(ValueError, match="field id 99"):
+        data_file_from_parquet(table, path)
+    assert data_file(table, "again", [(2, "b")]).value_counts == {1: 1, 2: 1}
+
+
 # --- row_delta.py: what readers see --------------------------------------------------------
 
 

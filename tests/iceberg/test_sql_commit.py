@@ -11,6 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 
+from replicator.errors import CommitConflictError
 from replicator.iceberg import sql_commit
 from replicator.iceberg.row_delta import commit_row_delta
 from tests.iceberg.tablekit import SCHEMA, data_file
@@ -59,3 +60,44 @@ def test_commits_read_each_metadata_file_once_and_stay_readable(
     assert fresh.metadata_location == table.metadata_location
     assert fresh.metadata == table.metadata
     assert duckdb_rows(table.metadata_location, ["id"]) == [{"id": i, "name": n} for i, n in rows]
+
+
+def _commit(table: Any, i: int) -> None:
+    commit_row_delta(table, data_files=[data_file(table, f"d{i}", [(i, f"n{i}")])], delete_files=[],
+                     snapshot_properties={"replicator.position": str(i)})  # fmt: skip
+
+
+def test_a_commit_on_a_parsed_base_does_not_select_the_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog, table = _table(tmp_path)
+    _commit(table, 0)
+    loads: list[Any] = []
+    monkeypatch.setattr(SqlCatalog, "load_table", lambda self, ident: loads.append(ident))
+    for i in range(1, 4):
+        _commit(table, i)
+    monkeypatch.undo()
+    assert loads == []
+    assert catalog.load_table("db.t").metadata_location == table.metadata_location
+    assert len(table.snapshots()) == 4
+
+
+def test_a_row_moved_by_another_writer_gets_pyicebergs_answer(tmp_path: Path) -> None:
+    """The swap finds the row moved: nothing of ours is left behind, and the outcome is the one
+    pyiceberg's commit_table gives (a moved branch is refused; a change elsewhere is built on)."""
+    catalog, table = _table(tmp_path)
+    _commit(table, 0)
+    other = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db").load_table("db.t")
+    with other.transaction() as tx:  # another writer: a property only, the branch stays
+        tx.set_properties({"owner": "them"})
+    _commit(table, 1)  # our base is stale; its requirements hold on the current one
+    reloaded = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db").load_table("db.t")
+    assert reloaded.metadata_location == table.metadata_location
+    assert reloaded.properties["owner"] == "them" and len(reloaded.snapshots()) == 2
+
+    _commit(other := SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db").load_table("db.t"), 2)
+    stale = catalog.load_table("db.t")
+    stale.metadata, stale.metadata_location = table.metadata, table.metadata_location  # one commit behind
+    files = set((tmp_path / "db.db" / "t" / "metadata").glob("*.metadata.json"))
+    with pytest.raises(CommitConflictError):
+        _commit(stale, 3)
+    assert set((tmp_path / "db.db" / "t" / "metadata").glob("*.metadata.json")) == files
+    assert catalog.load_table("db.t").metadata_location == other.metadata_location
