@@ -47,6 +47,9 @@ ORPHANS_EVERY_SECONDS = 3600.0
 CONVERSION_MAX_FILES = 64
 # Compaction's input trigger while the source is idle: one small file with deletes is enough.
 IDLE_COMPACT_MIN_INPUT_FILES = 1
+# Between batches a due slice starts only with this much time left before the pending batch
+# is due (``SlicePacer.fit``): a shorter gap would hold the batch for the slice's first step.
+MIN_ROOM_SECONDS = 0.1
 # run_all stops a table after this many steps (each step makes progress; a guard only).
 MAX_STEPS_PER_TABLE = 1000
 
@@ -72,13 +75,28 @@ class SlicePacer:
     unfinished: bool = False
 
     def due(self, now: float, *, idle: bool = False) -> bool:
+        return now - self.last_end >= self._wait(idle)
+
+    def _wait(self, idle: bool) -> float:
         if idle:
-            wait = self.every_seconds
-        elif self.unfinished:
-            wait = self.pause
-        else:
-            wait = max(self.every_seconds, self.pause)
-        return now - self.last_end >= wait
+            return self.every_seconds
+        if self.unfinished:
+            return self.pause
+        return max(self.every_seconds, self.pause)
+
+    def fit(self, now: float, budget: float, room: float) -> float | None:
+        """Between batches, the budget of a due slice that must fit into ``room``: the seconds
+        until the pending batch is due (its linger; ``Batcher.due_in``), so the slice runs
+        while the batch fills instead of holding its rows past that (commit-to-visible lag).
+        With less than ``MIN_ROOM_SECONDS`` left it waits for a later gap (None) until it has
+        been due ``every_seconds`` longer: under a backlog every batch is due at once, and
+        maintenance must not starve (it then takes its usual budget). No cap at a share of 1."""
+        if self.share >= 1:
+            return budget
+        if room >= MIN_ROOM_SECONDS:
+            return min(budget, room)
+        overdue = now - self.last_end - self._wait(idle=False)
+        return budget if overdue >= self.every_seconds else None
 
     def budget(self, now: float, slice_seconds: float, *, idle: bool = False) -> float:
         """The time budget of a slice starting ``now``: its share of the time since the last
@@ -325,7 +343,10 @@ class Maintainer:
             for kind in kinds:
                 # A compaction right after a conversion is part of it (no batch may come
                 # between them), whatever the budget says.
-                over = time.monotonic() - start >= budget or arrived()
+                spent = time.monotonic() - start
+                over = spent >= budget or arrived() or (
+                    bool(reports) and spent + self._expected(out[idx], kind) > budget
+                )
                 if over and not (kind == "compaction" and converted):
                     if resume_at is None:
                         resume_at = idx
@@ -342,6 +363,16 @@ class Maintainer:
         self._turn = resume_at if resume_at is not None else (self._turn + 1) % max(n, 1)
         self.unfinished = resume_at is not None
         return out, reports
+
+    def _expected(self, table: Table, kind: str) -> float:
+        """About how long ``kind`` takes on ``table``: its last run there (a conversion with
+        the compaction right after it; 0 when unknown). After a slice's first step, a step
+        expected to overrun the budget waits for the next slice (which starts with it)."""
+        name = ".".join(table.name())
+        compaction = self._compacted_at.get(name, (0.0, 0.0))[1]
+        if kind == "conversion":
+            return self._converted.get(name, (0.0, 0.0))[1] + compaction
+        return compaction if kind == "compaction" else 0.0
 
     def _due_now(self, table: Table, *, idle: bool) -> tuple[Table, list[str]]:
         """What is due on ``table``, judged on the catalog's current version (loaded, ~6 ms)

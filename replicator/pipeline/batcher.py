@@ -48,6 +48,7 @@ Spill = Callable[[Mapping[str, Sequence[ChangeEvent]]], None]
 
 # Later chunks of a spilled transaction hold this share of the batch limits (see above).
 LATER_CHUNK_SHARE = 2
+MIN_WAIT_SECONDS = 0.01  # ``wait_seconds``' floor: a due batch that cannot close yet
 
 
 def _approx_bytes(ev: ChangeEvent) -> int:
@@ -141,6 +142,35 @@ class Batcher:
         """The pending batch has waited ``linger_seconds``: commit it at the next chance."""
         first = self._first_read
         return first is not None and self.clock() - first >= self.limits.linger_seconds
+
+    def due_in(self) -> float | None:
+        """Seconds until the pending batch has lingered (0 or less: it has; None: nothing is
+        pending). The run loop waits for the reader no longer than this, and a maintenance
+        slice between batches fits into it (commit-to-visible lag)."""
+        first = self._first_read
+        if first is None:
+            return None
+        return first + self.limits.linger_seconds - self.clock()
+
+    def room(self, queued_since: float | None) -> float:
+        """Seconds until the oldest change read and not committed is due by the linger: the
+        pending batch's first, else the oldest the reader queued (``queued_since``, when it
+        got it), else one read now (the whole linger). Negative: overdue (a backlog)."""
+        due = self.due_in()
+        if due is not None:
+            return due
+        if queued_since is None:
+            return self.limits.linger_seconds
+        return queued_since + self.limits.linger_seconds - self.clock()
+
+    def wait_seconds(self, longest: float) -> float:
+        """How long the run loop waits for the reader: at most until the pending batch is due
+        by its linger, when it can close then (at a transaction boundary), so it closes at
+        once instead of up to ``longest`` later."""
+        due = self.due_in()
+        if due is None or not self.at_boundary:
+            return longest
+        return min(longest, max(MIN_WAIT_SECONDS, due))
 
     def _over_size(self) -> bool:
         return self._count >= self.limits.max_events or self._bytes >= self.limits.max_bytes

@@ -148,6 +148,15 @@ class SourceReader:
         momentary misread is possible; for measurement)."""
         return self._changes_put - self._changes_taken
 
+    def oldest_read(self) -> float | None:
+        """When the reader got the oldest change handed over and not taken yet
+        (``time.monotonic()``; None: none waits): how long the run loop has kept it waiting."""
+        with self._queue.mutex:
+            for item in self._queue.queue:
+                if isinstance(item, Events):
+                    return item.first_read
+        return None
+
     def events_waiting(self) -> bool:
         """Changes were handed over that the run loop has not taken yet (an idle
         maintenance slice then stops starting steps)."""

@@ -199,20 +199,24 @@ class Replicator:
         """One bounded maintenance slice over the tables this run holds, when due; ``idle``:
         the source is quiet and everything read is committed (compaction then finishes)."""
         m = self.maintainer
-        if m is None or not self._slices.due(time.monotonic(), idle=idle):
-            return
         started = time.monotonic()
+        if m is None or not self._slices.due(started, idle=idle):
+            return
+        budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
+        # Changes arriving: the slice fits before the pending batch is due, or waits for a gap.
+        fitted = budget if idle else self._slices.fit(started, budget, self._room())
+        if fitted is None:
+            return
         states = [
             s for t in sorted(self.checkpoints.positions())
             if t not in self.summary.stopped and (s := self.tables.load_existing(t)) is not None
         ]  # fmt: skip
         try:
-            budget = self._slices.budget(started, self.cfg.maintenance.slice_seconds, idle=idle)
             reader = self._reader
             sliced = time.perf_counter()
             try:
                 tables, reports = m.run_slice(
-                    [s.table for s in states], budget_seconds=budget, idle=idle,
+                    [s.table for s in states], budget_seconds=fitted, idle=idle,
                     changes_waiting=reader.events_waiting if reader is not None else None,
                 )  # fmt: skip
             finally:
@@ -233,6 +237,12 @@ class Replicator:
                 state.table = state.table.refresh()
         finally:
             self._slices.done(started, time.monotonic(), unfinished=m.unfinished and not idle)
+
+    def _room(self) -> float:
+        """Seconds until the oldest change read and not committed is due (``Batcher.room``)."""
+        batcher, reader = self.batcher, self._reader
+        oldest = reader.oldest_read() if reader is not None else None
+        return self.cfg.batch.linger_seconds if batcher is None else batcher.room(oldest)
 
     def _load_checkpoints(self) -> None:
         ns = self.cfg.iceberg.namespace
@@ -341,7 +351,7 @@ class Replicator:
         self, reader: SourceReader, batcher: Batcher, until_idle: bool, max_batches: int | None
     ) -> str | None:
         """Apply what the reader handed over; "idle" or "enough" when the run is done."""
-        for item in reader.items(timeout=IDLE_SLEEP_SECONDS):
+        for item in reader.items(timeout=batcher.wait_seconds(IDLE_SLEEP_SECONDS)):
             if self.stop.is_set():
                 return None  # the loop stops; nothing half-applied: batches apply whole
             if isinstance(item, Failed):
@@ -526,10 +536,7 @@ class Replicator:
         the source (not past what a stopped table still needs)."""
         ack = self._ack_position(done.batch.end_position)
         if ack is not None:
-            if self._reader is not None:
-                self._reader.acknowledge(ack)
-            else:
-                self.source.acknowledge(ack)
+            (self._reader or self.source).acknowledge(ack)
             self.acknowledged = ack
         if self._snapshot_in_progress:
             crash_point("snapshot-batch")

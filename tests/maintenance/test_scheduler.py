@@ -339,3 +339,58 @@ def test_expiry_is_due_past_the_snapshot_count_cap_however_young(tmp_path: Path)
     tables, reports = m.run_slice([t], idle=True)
     assert "expiry" in [r.kind for r in reports if r.changed]
     assert len(tables[0].metadata.snapshots) == 4 < n
+
+
+def test_a_slice_between_batches_fits_before_the_pending_batch_is_due() -> None:
+    """Issue 27: a slice runs while the next batch fills (its budget at most the room left
+    before that batch is due), waits for a later gap when there is none, and runs anyway once
+    it has been due every_seconds longer (a backlog leaves no gap)."""
+    from replicator.maintenance.scheduler import MIN_ROOM_SECONDS, SlicePacer
+
+    pacer = SlicePacer(every_seconds=5.0, share=0.25, last_end=0.0, busy_seconds=0.5)
+    assert pacer.fit(5.0, 0.5, room=0.3) == 0.3
+    assert pacer.fit(5.0, 0.5, room=2.0) == 0.5
+    assert pacer.fit(5.0, 0.5, room=MIN_ROOM_SECONDS / 2) is None  # the batch is about due
+    assert pacer.fit(5.0, 0.5, room=-3.0) is None  # overdue: the batch goes first
+    assert pacer.fit(9.9, 0.5, room=-3.0) is None
+    assert pacer.fit(10.0, 0.5, room=-3.0) == 0.5  # due for every_seconds more: no starving
+    pacer.done(started=10.0, ended=10.4, unfinished=True)  # resumes after the 1.2 s pause
+    assert pacer.fit(11.7, 0.5, room=0.0) is None and pacer.fit(16.6, 0.5, room=0.0) == 0.5
+    assert SlicePacer(5.0, 1.0, 0.0).fit(5.0, 10.0, room=0.0) == 10.0  # share 1: no cap
+
+
+def test_a_step_expected_to_overrun_the_budget_waits_for_the_next_slice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: after a slice's first step, a table's step that took longer last time than
+    the budget has left (a conversion counts the compaction after it) starts the next slice
+    instead of overrunning this one (the slice holds the next batch's rows)."""
+    from replicator.maintenance import scheduler
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    _, a = _churned_table(tmp_path / "a", seed=4, txs=30)
+    _, b = _churned_table(tmp_path / "b", seed=5, txs=30)
+    m = Maintainer(MaintenanceConfig.model_validate(EAGER))
+    assert m.due(b)[0] == "compaction"  # (no Spark: no conversion)
+    name = ".".join(b.name())
+    now = [0.0]  # each step "takes" 0.1 s of a fake clock; the budget is 0.5 s
+    monkeypatch.setattr(scheduler.time, "monotonic", lambda: now[0])
+    real_step = m.step
+    done: list[tuple[int, str]] = []
+
+    def step(table: Any, kind: str, *, idle: bool = False, refresh: bool = True) -> Any:
+        now[0] += 0.1
+        done.append((0 if table.location() == a.location() else 1, kind))
+        out = real_step(table, kind, idle=idle, refresh=refresh)
+        m._compacted_at[name] = (-100.0, 0.45)  # long ago: no pacing wait
+        return out
+
+    monkeypatch.setattr(m, "step", step)
+    tables, _ = m.run_slice([a, b], budget_seconds=0.5)
+    # After a's steps (at most 0.4 s) b's compaction did not start: the last compaction of a
+    # table of that name "took" 0.45 s (the tables are named alike), past the budget left.
+    assert {t for t, _ in done} == {0} and m.unfinished
+    done.clear()
+    m.run_slice(tables, budget_seconds=0.5)
+    assert done[0] == (1, "compaction")  # the next slice starts with it, whatever it takes

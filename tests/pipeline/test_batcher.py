@@ -77,3 +77,31 @@ def test_old_events_do_not_close_batches_early() -> None:
     assert b.pending == 50 and b.lingered
     now[0] = 106.0
     assert b.add(ev(50, None, True), read_at=10.0) is not None
+
+
+def test_the_run_loop_waits_for_the_reader_only_until_the_batch_is_due() -> None:
+    # Issue 27: the lingered check runs when the reader's wait ends; waiting the full idle
+    # sleep after the batch is due would add it to commit-to-visible lag.
+    now = [10.0]
+    b = Batcher(BatchConfig(max_events=100, linger_seconds=0.5), clock=lambda: now[0])
+    assert b.due_in() is None and b.wait_seconds(0.5) == 0.5  # nothing pending
+    b.add(ev(1, "a", False), read_at=9.9)
+    due = b.due_in()
+    assert due is not None and abs(due - 0.4) < 1e-9
+    assert b.wait_seconds(0.5) == 0.5  # inside a transaction it cannot close: no hurry
+    b.add(ev(2, "a", True))
+    assert abs(b.wait_seconds(0.5) - 0.4) < 1e-9
+    now[0] = 11.0  # overdue (its check comes next): a short wait, never a busy loop
+    assert 0 < b.wait_seconds(0.5) < 0.1
+
+
+def test_room_before_the_oldest_change_read_is_due() -> None:
+    # What a maintenance slice between batches may take: the pending batch's linger left,
+    # else that of the oldest change the reader queued, else a whole linger.
+    now = [10.0]
+    b = Batcher(BatchConfig(max_events=100, linger_seconds=0.5), clock=lambda: now[0])
+    assert b.room(None) == 0.5
+    assert abs(b.room(9.8) - 0.3) < 1e-9
+    assert b.room(5.0) < 0  # a backlog: overdue
+    b.add(ev(1, None, True), read_at=9.7)
+    assert abs(b.room(5.0) - 0.2) < 1e-9  # the batch's first change is the oldest

@@ -205,3 +205,23 @@ def test_acknowledgement_delivered_while_waiting_for_room() -> None:
         assert src.acks[0][1] == "source-reader" and src.keepalives == 0
     finally:
         reader.stop()
+
+
+def test_oldest_read_is_when_the_reader_got_the_oldest_change_still_queued() -> None:
+    # The run loop sizes a maintenance slice between batches by it (issue 27): changes that
+    # queued while a batch applied are already waiting.
+    src = Scripted([[1, 2], [3]])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    assert reader.oldest_read() is None
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while reader.queued < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        oldest = reader.oldest_read()
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    firsts = [it.first_read for it in items if isinstance(it, Events)]
+    assert len(firsts) == 2 and oldest == firsts[0]
+    assert reader.oldest_read() is None  # everything taken
