@@ -342,10 +342,7 @@ def _build_from_blocks(
         return None
     n = sum(stop - start for _b, start, stop, _op in runs)
     types = dict(columns)
-    ops = pa.concat_arrays([
-        block.ops.slice(start, stop - start) if op is None else pa.nulls(stop - start, pa.string()).fill_null(op.value)
-        for block, start, stop, op in runs
-    ])  # fmt: skip
+    ops = _run_ops(runs)
     mixed = any(op is None for *_r, op in runs)
     has_after = pc.not_equal(ops, _DELETE) if mixed else None
     arrays: list[pa.Array] = [pa.array(np.arange(n, dtype=np.int64)), ops]
@@ -406,30 +403,63 @@ def _block_runs(events: Sequence[ChangeEvent]) -> list[Run] | None:
     return runs
 
 
+def _run_index(runs: Sequence[Run], base: dict[int, int]) -> np.ndarray:
+    """Each run row's index in one row space where block ``b`` starts at ``base[id(b)]``: a
+    batch of many tables has thousands of one-row runs over a few blocks, so a column is
+    one ``take`` over its blocks instead of a slice (and a cast) per run."""
+    lens = np.fromiter((r[2] - r[1] for r in runs), np.int64, len(runs))
+    first = np.fromiter((base.get(id(r[0]), 0) + r[1] for r in runs), np.int64, len(runs))
+    ends = np.cumsum(lens)
+    return np.repeat(first - (ends - lens), lens) + np.arange(int(ends[-1]), dtype=np.int64)
+
+
 def _block_columns(
     runs: Sequence[Run], columns: Sequence[tuple[str, str]], part: Any
 ) -> dict[str, pa.Array] | None:
     """``columns`` of the runs' blocks (``part``: the block, or its old keys) cast to the
     table's types, null where a block lacks one; None when a cast could differ from the
     value-by-value build."""
+    blocks: list[RowBlock] = list({id(r[0]): r[0] for r in runs}.values())
+    base, total = {}, 0
+    for block in blocks:
+        base[id(block)], total = total, total + block.num_rows
+    index = _run_index(runs, base)
+    n, first = len(index), int(index[0])
+    # The rows in one piece (a table's runs one after another): a slice, not a take.
+    whole = int(index[-1]) - first == n - 1 and bool((np.diff(index) == 1).all())
+    take = None if whole else pa.array(index)
     out: dict[str, pa.Array] = {}
     for name, type_ in columns:
         at = arrow_type(type_)
-        pieces = []
-        for block, start, stop, _op in runs:
-            assert isinstance(block, RowBlock)
+        pieces: list[pa.Array] = []
+        for block in blocks:
             src = part(block)
             if src is not None and src.has(name):
                 col = src.table.column(name)
                 if not _casts_like_values(col.type, at):
                     return None
-                pieces.append(pc.cast(col.slice(start, stop - start), at))
+                pieces.extend(c if c.type == at else pc.cast(c, at) for c in col.chunks)
             else:
-                pieces.append(pa.chunked_array([pa.nulls(stop - start, type=at)]))
-        out[name] = (
-            pa.concat_arrays([c for p in pieces for c in p.chunks]) if pieces else pa.nulls(0, at)
-        )
+                pieces.append(pa.nulls(block.num_rows, type=at))
+        rows = pa.concat_arrays(pieces)
+        out[name] = rows.slice(first, n) if take is None else rows.take(take)
     return out
+
+
+_OP_VALUES = pa.array([o.value for o in Op], pa.string())
+_OP_AT = {o: i for i, o in enumerate(Op)}
+
+
+def _run_ops(runs: Sequence[Run]) -> pa.Array:
+    """Each run row's op: the run's own, or its block's ``ops`` (a run of mixed changes)."""
+    pieces, base, total = [_OP_VALUES], {}, len(_OP_VALUES)
+    for block in {id(r[0]): r[0] for r in runs if r[3] is None}.values():
+        base[id(block)], total = total, total + block.num_rows
+        pieces.append(block.ops)
+    lens = np.fromiter((r[2] - r[1] for r in runs), np.int64, len(runs))
+    own = np.repeat(np.fromiter((-1 if r[3] is None else _OP_AT[r[3]] for r in runs), np.int64, len(runs)), lens)
+    take = np.where(own >= 0, own, _run_index(runs, base))
+    return pa.concat_arrays(pieces).take(pa.array(take))
 
 
 def _block_row(ev: ChangeEvent) -> bool:

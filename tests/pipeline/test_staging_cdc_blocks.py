@@ -140,3 +140,26 @@ def test_blocks_stage_and_map_as_rows(seed: int, tmp_path: Path) -> None:
     for upsert in (False, True):
         policy = MappingPolicy(upsert_creates=upsert)
         assert _mapped(fast.table, policy) == _mapped(slow.table, policy)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_one_row_runs_interleaving_blocks_stage_as_rows(seed: int, tmp_path: Path) -> None:
+    """A table's rows in a batch spread over 100 tables: one-row block events taking turns
+    over a few blocks (each block's rows out of order with the others'), mixed and not."""
+    rng = random.Random(seed)
+    mixed = [_mixed(rng, 6, False)[0] for _ in range(2)]
+    inserts = RowBlock(_table([_row(rng, rng.randrange(12)) for _ in range(6)]))
+    cursors = {id(b): 0 for b in [*mixed, inserts]}
+    events: list[ChangeEvent] = []
+    while any(at < 6 for at in cursors.values()):
+        block = rng.choice([b for b in [*mixed, inserts] if cursors[id(b)] < 6])
+        at = cursors[id(block)]
+        stop = min(6, at + rng.choice([1, 1, 2]))
+        cursors[id(block)] = stop
+        op = Op.CREATE if block is inserts else Op.UPDATE
+        events.append(BlockEvent("public.t", None, block, at, stop, SRC, (100,), len(events) * 8, op, 5, "1",
+                                 False))  # fmt: skip
+    as_rows = [e.replace(after=dict(e.after)) if e.after is not None else e for e in row_events(events)]
+    slow = stage_events(as_rows, COLUMNS, ["id"], DeadLetterSink(tmp_path / "b.jsonl"), "dead-letter")
+    fast = stage_events(events, COLUMNS, ["id"], DeadLetterSink(tmp_path / "a.jsonl"), "dead-letter")
+    assert fast.table.equals(slow.table) and fast.table.schema == slow.table.schema
