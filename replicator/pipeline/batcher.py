@@ -140,8 +140,8 @@ class Batcher:
     @property
     def lingered(self) -> bool:
         """The pending batch has waited ``linger_seconds``: commit it at the next chance."""
-        first = self._first_read
-        return first is not None and self.clock() - first >= self.limits.linger_seconds
+        due = self.due_in()
+        return due is not None and due <= 0
 
     def due_in(self) -> float | None:
         """Seconds until the pending batch has lingered (0 or less: it has; None: nothing is

@@ -333,7 +333,7 @@ def _build_from_blocks(
     not_null: Sequence[str],
 ) -> pa.Table | None:
     """``_build`` for rows read as Arrow (``events.block``): every event a block event or a
-    row of a block read as is (``_block_row``); the columns are slices of the blocks, cast
+    row of a block read as is (``_block_row``); the columns are gathered from the blocks, cast
     to the table's types, and a block of mixed changes gives its ops and old keys as
     columns too. None (the caller builds value by value) for any other batch, or when a key
     is null or a column does not cast (the value-by-value path names the culprit)."""
@@ -403,11 +403,14 @@ def _block_runs(events: Sequence[ChangeEvent]) -> list[Run] | None:
     return runs
 
 
-def _run_index(runs: Sequence[Run], base: dict[int, int]) -> np.ndarray:
+def _run_lengths(runs: Sequence[Run]) -> np.ndarray:
+    return np.fromiter((r[2] - r[1] for r in runs), np.int64, len(runs))
+
+
+def _run_index(runs: Sequence[Run], base: dict[int, int], lens: np.ndarray) -> np.ndarray:
     """Each run row's index in one row space where block ``b`` starts at ``base[id(b)]``: a
     batch of many tables has thousands of one-row runs over a few blocks, so a column is
     one ``take`` over its blocks instead of a slice (and a cast) per run."""
-    lens = np.fromiter((r[2] - r[1] for r in runs), np.int64, len(runs))
     first = np.fromiter((base.get(id(r[0]), 0) + r[1] for r in runs), np.int64, len(runs))
     ends = np.cumsum(lens)
     return np.repeat(first - (ends - lens), lens) + np.arange(int(ends[-1]), dtype=np.int64)
@@ -423,7 +426,7 @@ def _block_columns(
     base, total = {}, 0
     for block in blocks:
         base[id(block)], total = total, total + block.num_rows
-    index = _run_index(runs, base)
+    index = _run_index(runs, base, _run_lengths(runs))
     n, first = len(index), int(index[0])
     # The rows in one piece (a table's runs one after another): a slice, not a take.
     whole = int(index[-1]) - first == n - 1 and bool((np.diff(index) == 1).all())
@@ -456,9 +459,9 @@ def _run_ops(runs: Sequence[Run]) -> pa.Array:
     for block in {id(r[0]): r[0] for r in runs if r[3] is None}.values():
         base[id(block)], total = total, total + block.num_rows
         pieces.append(block.ops)
-    lens = np.fromiter((r[2] - r[1] for r in runs), np.int64, len(runs))
+    lens = _run_lengths(runs)
     own = np.repeat(np.fromiter((-1 if r[3] is None else _OP_AT[r[3]] for r in runs), np.int64, len(runs)), lens)
-    take = np.where(own >= 0, own, _run_index(runs, base))
+    take = np.where(own >= 0, own, _run_index(runs, base, lens))
     return pa.concat_arrays(pieces).take(pa.array(take))
 
 
