@@ -51,12 +51,15 @@ class Events:
     """Events in source order; ``snapshot_in_progress`` as the source said after them;
     ``first_read``: when the reader got the first of them (``time.monotonic()``);
     ``reached``: the source's ``reached_position()`` as they were handed over (everything
-    the source logged before it is in this item or an earlier one)."""
+    the source logged before it is in this item or an earlier one); ``behind``: the source
+    said it reads a backlog (its ``behind``, as they were handed over): more changes follow
+    without waiting for new ones, so the run loop does not close a batch by its linger."""
 
     events: list[ChangeEvent]
     snapshot_in_progress: bool
     first_read: float | None = None
     reached: LogPosition | None = None
+    behind: bool = False
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,7 @@ class SourceReader:
 
     def _events(self, chunk: list[ChangeEvent], first: float) -> Events:
         src = self.source
-        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position())
+        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position(), src.behind)
 
     def _snapshot_in_progress(self) -> bool:
         return bool(getattr(self.source, "snapshot_in_progress", False))
