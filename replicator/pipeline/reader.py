@@ -124,6 +124,7 @@ class SourceReader:
         # The same in events (for the bound with ``held``), one writer each.
         self._changes_put = 0
         self._changes_taken = 0
+        self._told_behind = False  # the last Events item handed over said ``behind``
 
     # -- run loop side ------------------------------------------------------------------------
     def start(self) -> None:
@@ -279,13 +280,16 @@ class SourceReader:
         finally:
             # Also when the source raises: what it handed out before comes first (the run
             # loop commits the complete transactions among them, then raises).
-            if chunk and not self._put(self._events(chunk, first)):
+            # A backlog read to its end in whole chunks: an empty item says so (``behind``).
+            told = chunk or (self._told_behind and not self.source.behind)
+            if told and not self._put(self._events(chunk, first or time.monotonic())):
                 return None  # noqa: B012 - stopping: nothing left to hand over
         return got
 
     def _events(self, chunk: list[ChangeEvent], first: float) -> Events:
         src = self.source
-        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position(), src.behind)
+        self._told_behind = behind = src.behind
+        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position(), behind)
 
     def _snapshot_in_progress(self) -> bool:
         return bool(getattr(self.source, "snapshot_in_progress", False))

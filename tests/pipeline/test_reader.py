@@ -258,3 +258,18 @@ def test_events_say_whether_the_source_reads_a_backlog() -> None:
         reader.stop()
     got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
     assert got == [(CHUNK_EVENTS, True), (1500 - CHUNK_EVENTS, True), (10, False)]
+
+
+def test_a_backlog_read_to_its_end_in_whole_chunks_says_so() -> None:
+    # The last chunk went over while the source was still behind and the poll then ended
+    # caught up with nothing left: an empty item says so, or the run loop would keep its batch
+    # open until the next (idle) poll.
+    src = Backlog([list(range(CHUNK_EVENTS)), list(range(CHUNK_EVENTS, 2 * CHUNK_EVENTS))])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    reader.start()
+    try:
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
+    assert got == [(CHUNK_EVENTS, True), (CHUNK_EVENTS, True), (0, False)]
