@@ -192,6 +192,10 @@ class ControlledSource(ChangeSource):
         assert self.inner is not None
         return self.inner.fencing_token
 
+    @property
+    def behind(self) -> bool:
+        return self.inner is not None and self.inner.behind
+
     def reset_timings(self) -> None:
         """Before a step writes its changes (run loop thread): the reader thread reads them as
         soon as they are committed, even while the step still runs, so a reset after the step

@@ -14,7 +14,8 @@ copy what they write; nothing here mutates an entry it read).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, ManifestFile
@@ -90,3 +91,12 @@ def clear() -> None:
         _entries.clear()
         _lists.clear()
         _entry_count = 0
+
+
+def file_counts(table: Any) -> tuple[int, int, int]:
+    """(data, position delete, equality delete) files of the table's current snapshot."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or not read_manifests(snapshot, table.io):
+        return 0, 0, 0  # (pyiceberg's files() fails on an empty manifest list, e.g. after TRUNCATE)
+    counts = Counter(int(c) for c in table.inspect.files().column("content").to_pylist())
+    return counts[0], counts[1], counts[2]

@@ -81,6 +81,11 @@ class Batcher:
         self._boundary: ChangeEvent | None = None  # the last event that ended a transaction
         self.spilled = 0  # events of the pending (open) transaction handed to ``spill``
         self.peak = 0  # the most events held in memory at once (tests, benchmarks)
+        # The source reads a backlog (the run loop sets it from each item the reader hands
+        # over: ``pipeline.reader.Events.behind``): more changes follow without waiting for
+        # new ones, so the pending batch does not close by its linger; it grows to the size
+        # limits (``max_seconds`` included) or until the source has caught up.
+        self.behind = False
 
     @property
     def pending(self) -> int:
@@ -139,9 +144,13 @@ class Batcher:
 
     @property
     def lingered(self) -> bool:
-        """The pending batch has waited ``linger_seconds``: commit it at the next chance."""
+        """The pending batch has waited ``linger_seconds`` and the source is not reading a
+        backlog (``behind``): commit it at the next chance. Under a backlog the reader's
+        hand-overs pause while it reads and decodes a group of changes; closing then would
+        split the backlog into batches of whatever was read by the linger (issue 27: a
+        100,000-change backlog over 100 tables took 2 batches, 200 commits)."""
         due = self.due_in()
-        return due is not None and due <= 0
+        return due is not None and due <= 0 and not self.behind
 
     def due_in(self) -> float | None:
         """Seconds until the pending batch has lingered (0 or less: it has; None: nothing is
@@ -166,9 +175,10 @@ class Batcher:
     def wait_seconds(self, longest: float) -> float:
         """How long the run loop waits for the reader: at most until the pending batch is due
         by its linger, when it can close then (at a transaction boundary), so it closes at
-        once instead of up to ``longest`` later."""
+        once instead of up to ``longest`` later (not while ``behind``: it does not close by
+        its linger then, and the reader's next hand-over ends the wait anyway)."""
         due = self.due_in()
-        if due is None or not self.at_boundary:
+        if due is None or not self.at_boundary or self.behind:
             return longest
         return min(longest, max(MIN_WAIT_SECONDS, due))
 

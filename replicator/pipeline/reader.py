@@ -51,12 +51,15 @@ class Events:
     """Events in source order; ``snapshot_in_progress`` as the source said after them;
     ``first_read``: when the reader got the first of them (``time.monotonic()``);
     ``reached``: the source's ``reached_position()`` as they were handed over (everything
-    the source logged before it is in this item or an earlier one)."""
+    the source logged before it is in this item or an earlier one); ``behind``: the source
+    said it reads a backlog (its ``behind``, as they were handed over): more changes follow
+    without waiting for new ones, so the run loop does not close a batch by its linger."""
 
     events: list[ChangeEvent]
     snapshot_in_progress: bool
     first_read: float | None = None
     reached: LogPosition | None = None
+    behind: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class SourceReader:
         # The same in events (for the bound with ``held``), one writer each.
         self._changes_put = 0
         self._changes_taken = 0
+        self._told_behind = False  # the last Events item handed over said ``behind``
 
     # -- run loop side ------------------------------------------------------------------------
     def start(self) -> None:
@@ -276,13 +280,16 @@ class SourceReader:
         finally:
             # Also when the source raises: what it handed out before comes first (the run
             # loop commits the complete transactions among them, then raises).
-            if chunk and not self._put(self._events(chunk, first)):
+            # A backlog read to its end in whole chunks: an empty item says so (``behind``).
+            told = chunk or (self._told_behind and not self.source.behind)
+            if told and not self._put(self._events(chunk, first or time.monotonic())):
                 return None  # noqa: B012 - stopping: nothing left to hand over
         return got
 
     def _events(self, chunk: list[ChangeEvent], first: float) -> Events:
         src = self.source
-        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position())
+        self._told_behind = behind = src.behind
+        return Events(chunk, self._snapshot_in_progress(), first, src.reached_position(), behind)
 
     def _snapshot_in_progress(self) -> bool:
         return bool(getattr(self.source, "snapshot_in_progress", False))

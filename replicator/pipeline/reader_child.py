@@ -51,13 +51,14 @@ class SourceState:
     snapshot_in_progress: bool
     incremental_active: bool
     reached: LogPosition | None
+    behind: bool = False
 
 
 def state_of(source: ChangeSource) -> SourceState:
     return SourceState(
         source.replay, source.fencing_token, source.source_id,
         bool(getattr(source, "snapshot_in_progress", False)),
-        bool(getattr(source, "incremental_active", False)), source.reached_position(),
+        bool(getattr(source, "incremental_active", False)), source.reached_position(), source.behind,
     )  # fmt: skip
 
 

@@ -103,6 +103,10 @@ class ProcessSource(ChangeSource):
         return self._state.reached
 
     @property
+    def behind(self) -> bool:
+        return self._state.behind
+
+    @property
     def snapshot_blocks(self) -> bool:
         return bool(self.settings.get("snapshot_blocks", False))
 

@@ -19,7 +19,7 @@ from replicator.errors import TerminalError
 from replicator.events.block import BlockEvent, first_position, row_count
 from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeBatch, ChangeEvent, Op, SourcePosition
-from replicator.iceberg.manifests import read_manifests
+from replicator.iceberg.manifests import file_counts
 from replicator.iceberg.tables import (
     SOURCE_TABLE_PROPERTY,
     TableManager,
@@ -256,7 +256,7 @@ class Replicator:
             if cp is not None:
                 found[source_table] = cp
             if self.observer.enabled:
-                self._file_counts[source_table] = _file_counts(table)
+                self._file_counts[source_table] = file_counts(table)
                 self._report_files(source_table)
         self.checkpoints = Checkpoints(found)
         self.acknowledged = self.checkpoints.acknowledged
@@ -378,7 +378,7 @@ class Replicator:
                         return "idle"
                     self._idle(item)
                 continue
-            self._snapshot_in_progress = item.snapshot_in_progress
+            self._snapshot_in_progress, batcher.behind = item.snapshot_in_progress, item.behind
             self._idle_streak = 0
             read_at = item.first_read
             for ev in item.events:
@@ -405,8 +405,8 @@ class Replicator:
                 return "idle"
         # Everything handed over is in the batcher. Close a partial batch that has lingered
         # (bounds commit-to-visible lag under steady load) only now, not after a chunk while
-        # more wait in the queue: under a backlog a batch grows to its size limits instead
-        # of paying Spark's fixed cost per chunk.
+        # more wait in the queue, nor while the source reads a backlog (``behind``): a batch
+        # then grows to its size limits instead of paying Spark's fixed cost per chunk.
         if batcher.lingered and self._flush(batcher) and self._enough(max_batches):
             return "enough"
         return None
@@ -583,18 +583,10 @@ class Replicator:
         for table in committed:
             # Read back, not added up: a TRUNCATE or a maintenance commit removes files.
             ident = iceberg_table_name(self.cfg.iceberg, table)
-            self._file_counts[table] = _file_counts(self.catalog.load_table(ident))
+            self._file_counts[table] = file_counts(self.catalog.load_table(ident))
             self._report_files(table)
 
     def _report_files(self, table: str) -> None:
         data, pos, eq = self._file_counts.get(table, (0, 0, 0))
         self.observer.table_files(table, data=data, position_deletes=pos, equality_deletes=eq)
 
-
-def _file_counts(table: Any) -> tuple[int, int, int]:
-    """(data, position delete, equality delete) files of the table's current snapshot."""
-    snapshot = table.current_snapshot()
-    if snapshot is None or not read_manifests(snapshot, table.io):
-        return 0, 0, 0  # (pyiceberg's files() fails on an empty manifest list, e.g. after TRUNCATE)
-    counts = Counter(int(c) for c in table.inspect.files().column("content").to_pylist())
-    return counts[0], counts[1], counts[2]

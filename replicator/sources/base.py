@@ -124,6 +124,13 @@ class ChangeSource(ABC):
         it has been handed out by ``poll()``. None: not known yet (e.g. during a snapshot)."""
         return None
 
+    @property
+    def behind(self) -> bool:
+        """A backlog is being read (reader thread): more changes follow without waiting for
+        new ones to be logged, so the run loop keeps its batch open past the linger
+        (``pipeline.batcher``). False: caught up, or not known."""
+        return False
+
     def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
         """What the server retains for this engine, measured on a connection of its own
         (callable from any thread); None when the source has no such log (files).

@@ -78,6 +78,11 @@ class ScriptedSource(ChangeSource):
     def reached_position(self) -> LogPosition | None:
         return LogPosition((self.reached,), str(self.reached)) if self.reached else None
 
+    @property
+    def behind(self) -> bool:
+        """A backlog is read while polls with events are left after this one."""
+        return any(self.polls)
+
     def acknowledge(self, position: SourcePosition) -> None:
         self._note(f"ack {position.parts[0]}")
 

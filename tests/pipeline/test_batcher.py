@@ -105,3 +105,23 @@ def test_room_before_the_oldest_change_read_is_due() -> None:
     assert b.room(5.0) < 0  # a backlog: overdue
     b.add(ev(1, None, True), read_at=9.7)
     assert abs(b.room(5.0) - 0.2) < 1e-9  # the batch's first change is the oldest
+
+
+def test_a_backlog_is_not_split_by_the_linger() -> None:
+    # Issue 27: under a backlog the reader's hand-overs pause while the source reads and
+    # decodes its next group of changes; the queue looks empty and the pending batch's first
+    # change is past its linger, but the source says more follows (``behind``): the batch
+    # stays open (100,000 changes over 100 tables took 2 batches, 200 commits, not 1).
+    now = [10.0]
+    b = Batcher(BatchConfig(max_events=100, max_seconds=5, linger_seconds=0.5), clock=lambda: now[0])
+    b.behind = True
+    b.add(ev(1, None, True), read_at=9.0)
+    assert b.due_in() is not None and b.due_in() < 0  # type: ignore[operator]
+    assert not b.lingered
+    assert b.wait_seconds(0.5) == 0.5  # no short waits for a close that does not come
+    b.behind = False  # the source caught up: the linger closes the batch as before
+    assert b.lingered and 0 < b.wait_seconds(0.5) < 0.1
+    b.behind = True  # the size limits still apply (max_seconds from when the batch opened)
+    now[0] = 16.0
+    batch = b.add(ev(2, None, True))
+    assert batch is not None and batch.event_count == 2

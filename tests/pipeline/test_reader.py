@@ -225,3 +225,51 @@ def test_oldest_read_is_when_the_reader_got_the_oldest_change_still_queued() -> 
     firsts = [it.first_read for it in items if isinstance(it, Events)]
     assert len(firsts) == 2 and oldest == firsts[0]
     assert reader.oldest_read() is None  # everything taken
+
+
+class Backlog(Scripted):
+    """Says it reads a backlog (``behind``) until its last poll has read everything."""
+
+    def __init__(self, polls: list[list[int]]) -> None:
+        super().__init__(polls)
+        self._behind = False
+
+    @property
+    def behind(self) -> bool:
+        return self._behind
+
+    def poll(self) -> Iterator[ChangeEvent]:
+        last = len(self.polls) == 1
+        self._behind = bool(self.polls)
+        yield from super().poll()
+        if last:
+            self._behind = False  # caught up (a keepalive): the poll's last chunk says so
+
+
+def test_events_say_whether_the_source_reads_a_backlog() -> None:
+    # Issue 27: the run loop keeps a batch open past its linger while the source is behind;
+    # each hand-over carries what the source said as it was made.
+    src = Backlog([list(range(1500)), list(range(1500, 1510))])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    reader.start()
+    try:
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
+    assert got == [(CHUNK_EVENTS, True), (1500 - CHUNK_EVENTS, True), (10, False)]
+
+
+def test_a_backlog_read_to_its_end_in_whole_chunks_says_so() -> None:
+    # The last chunk went over while the source was still behind and the poll then ended
+    # caught up with nothing left: an empty item says so, or the run loop would keep its batch
+    # open until the next (idle) poll.
+    src = Backlog([list(range(CHUNK_EVENTS)), list(range(CHUNK_EVENTS, 2 * CHUNK_EVENTS))])
+    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
+    reader.start()
+    try:
+        items = drain(reader, Idle)
+    finally:
+        reader.stop()
+    got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
+    assert got == [(CHUNK_EVENTS, True), (CHUNK_EVENTS, True), (0, False)]

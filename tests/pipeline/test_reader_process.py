@@ -71,6 +71,20 @@ def test_state_after_each_chunk_is_the_sources_at_its_last_event(tmp_path: Path)
         src.close()
 
 
+def test_behind_is_the_sources_after_each_chunk(tmp_path: Path) -> None:
+    # Issue 27: whether the child's source reads a backlog reaches the engine's reader thread
+    # (which keeps a batch open past the linger meanwhile) with each chunk.
+    script = Script(tmp_path / "log", polls=[[1, 2], [3, 4], [5]])
+    src = started(script)
+    try:
+        seen = []
+        for _ in range(3):
+            seen += [(int(ev.after["id"]), src.behind) for ev in src.poll() if ev.after]
+    finally:
+        src.close()
+    assert seen == [(1, True), (2, True), (3, True), (4, True), (5, False)]
+
+
 def test_acknowledgements_reach_the_source_in_order_before_close(tmp_path: Path) -> None:
     script = Script(tmp_path / "log", polls=[[1, 2, 3]])
     src = started(script)

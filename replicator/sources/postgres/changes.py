@@ -155,6 +155,9 @@ class ChangeAssembler:
         # transaction; 0: every change row by row.
         self.change_blocks = 0
         self._group = ChangeGroup()
+        # A group went out because it was full (changes came faster than a keepalive): the
+        # source reads a backlog (``PostgresSource.behind``, which clears it).
+        self.filled = False
 
     @property
     def idle(self) -> bool:
@@ -179,6 +182,7 @@ class ChangeAssembler:
         if rel is not None and self._keepable(data, rel):
             group = self._group
             if group.full:
+                self.filled = True
                 yield from self._flush()
             group = self._group
             if not group.seq:

@@ -420,3 +420,15 @@ def acquire_fence(
             hint=f"SELECT pg_terminate_backend({holder});  -- only if that engine is gone",
         )
     return token(conn)
+
+
+def keepalive_seconds(conn: psycopg.Connection[Any]) -> float:
+    """A quarter of the server's ``wal_sender_timeout`` (as this role sees it), within
+    0.5-10 s: the server ends a replication session that has not replied for that long."""
+    row = conn.execute(
+        "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'"
+    ).fetchone()
+    timeout_ms = int(row[0]) if row is not None else 60_000
+    if timeout_ms <= 0:  # disabled
+        return 10.0
+    return min(10.0, max(0.5, timeout_ms / 4000))

@@ -171,6 +171,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         # Every change logged before it has been handed out (``reached_position``).
         self._reached = 0
         self._idle_out: tuple[int, ...] = ()
+        self._behind = False  # the last poll stopped at its message cap (``behind``)
         self._snap: SnapshotReader | None = None
         self._snap_state: SnapshotState | None = None
         self._snap_lsn: int | None = None
@@ -208,7 +209,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         state = SnapshotState.load(self.state_path) if self.state_path else None
         if state is not None and self.state_path is not None:
             check_state(self.state_path, state.source_id, self.source_id)
-        self.keepalive_seconds = _keepalive_seconds(conn)
+        self.keepalive_seconds = setup.keepalive_seconds(conn)
         infos = setup.list_tables(conn, self.tables_config, self.keyless_tables)
         check_checkpoints(checkpoints, self.source_id, self.kind, {t.qualified for t in infos})
         setup.check_tables(conn, infos, self.keyless_tables)
@@ -450,9 +451,11 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                     stream.close()
                     return
             if data is None:
+                self._behind = asm.filled = False  # nothing more arriving
                 return
             if not data:  # keepalive: everything sent before it has been read
                 yield from asm.flush_complete()  # kept for blocks: out, so this is an idle point
+                self._behind = asm.filled = False  # the walsender waited for WAL: caught up
                 if asm.idle:
                     self._idle_lsn, self._idle_out = stream.wal_end, asm.last_out
                     with self._lock:
@@ -476,7 +479,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
                 yield from asm.handle(msg, len(data))
                 continue
             yield from self._handle(msg, len(data))
-        self._capped = blocks  # more may be waiting
+        self._capped, self._behind = blocks, True  # more may be waiting
 
     def _handle(self, msg: PgOutputMessage | bytes, size: int) -> Iterator[ChangeEvent]:
         """One message (a streamed transaction's Insert or Update may come undecoded)."""
@@ -574,6 +577,14 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
 
     # -- introspection --------------------------------------------------------------------------
     @property
+    def behind(self) -> bool:
+        """A backlog is being read: the last poll stopped at its message cap or a full group
+        of changes went out, and no keepalive or silence came since (the walsender sends a
+        keepalive when it waits for WAL). The run loop keeps a batch open past its linger
+        meanwhile (``pipeline.batcher``); read from the reader thread."""
+        return self._behind or (self._asm is not None and self._asm.filled)
+
+    @property
     def streamed_stats(self) -> StreamedStats | None:
         """Counters of streamed in-progress transactions; None when streaming is off."""
         return self._streamed.stats if self._streamed is not None else None
@@ -587,14 +598,3 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
 def _lsn(position: PgPosition | None) -> int | None:
     return None if position is None else position.lsn
 
-
-def _keepalive_seconds(conn: psycopg.Connection[Any]) -> float:
-    """A quarter of the server's ``wal_sender_timeout`` (as this role sees it), within
-    0.5-10 s: the server ends a replication session that has not replied for that long."""
-    row = conn.execute(
-        "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'"
-    ).fetchone()
-    timeout_ms = int(row[0]) if row is not None else 60_000
-    if timeout_ms <= 0:  # disabled
-        return 10.0
-    return min(10.0, max(0.5, timeout_ms / 4000))

@@ -152,3 +152,51 @@ def test_keepalive_after_kept_changes_is_an_idle_point(
     assert [e.after["id"] for e in events] == [1, 2, 3, 4, 5] and events[-1].last_in_tx
     src.acknowledge(events[-1].position)
     assert stream.statuses and stream.statuses[-1] == wal_end, stream.statuses
+
+
+def _scripted_source(sql: Sql, make_source: Make, tmp_path: Path, name: str, **kw: Any) -> Any:
+    sql(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    src = make_source(slot=name, tables=[f"public.{name}"], state_dir=tmp_path / name, **kw)
+    src.start(Checkpoints.at({}))
+    while src.snapshot_in_progress:
+        list(src.poll())
+    assert list(src.poll()) == [] and not src.behind
+    return src
+
+
+def test_behind_while_a_full_group_goes_out_until_a_keepalive(
+    sql: Sql, make_source: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: a group of kept changes that went out full means changes come faster than
+    the walsender waits for WAL (a backlog): the source says it is ``behind`` (the run loop
+    then keeps its batch open past the linger) until a keepalive says it caught up."""
+    import replicator.sources.postgres.change_group as cg
+
+    monkeypatch.setattr(cg, "GROUP_MIN_ROWS", 2)
+    monkeypatch.setattr(cg, "GROUP_ROWS_PER_TABLE", 1)
+    src = _scripted_source(sql, make_source, tmp_path, "behind_full", change_blocks=2)
+    lsn = 0x7000_0000
+    rel = tk.relation(99, "public", "behind_full", [(1, "id", 23, -1), (0, "v", 25, -1)])
+    script: list[bytes | None] = [tk.begin(lsn, 0, 900), rel]
+    script += [tk.insert(99, [i, f"v{i}"]) for i in range(1, 6)]
+    script += [tk.commit(lsn, lsn + 0x100, 0), b"", None]
+    src._stream = _ScriptedStream(script, lsn + 0x400)
+    seen = [(e.rows if type(e) is BlockEvent else 1, src.behind) for e in src.poll()]
+    assert seen[0] == (2, True)  # the full group went out: a backlog
+    assert sum(n for n, _ in seen) == 5 and not src.behind  # the keepalive: caught up
+
+
+def test_behind_after_a_poll_stops_at_its_message_cap(sql: Sql, make_source: Make, tmp_path: Path) -> None:
+    """Issue 27: a poll that stopped at its message cap left more to read: ``behind`` until a
+    poll reads to silence."""
+    src = _scripted_source(sql, make_source, tmp_path, "behind_cap", change_blocks=0, poll_max_messages=4)
+    lsn = 0x7000_0000
+    rel = tk.relation(99, "public", "behind_cap", [(1, "id", 23, -1), (0, "v", 25, -1)])
+    script: list[bytes | None] = [tk.begin(lsn, 0, 900), rel]
+    script += [tk.insert(99, [i, f"v{i}"]) for i in range(1, 4)]
+    script += [tk.commit(lsn, lsn + 0x100, 0), None]
+    src._stream = _ScriptedStream(script, lsn + 0x400)
+    first = list(src.poll())
+    assert len(first) == 1 and src.behind  # capped at 4 messages (the last change held back)
+    rest = list(src.poll())
+    assert [e.after["id"] for e in first + rest] == [1, 2, 3] and not src.behind
