@@ -56,6 +56,13 @@ lost its primary key, unless it is in ``source.keyless_tables``) by the time the
 to that statement, also when the tables are selected by default (see ``setup.list_tables``):
 otherwise it would silently leave the selection with its Iceberg table stale.
 TRUNCATE is dead-lettered (not replicated), as in the Postgres source.
+
+Polling: the stream reads the binlog without blocking (``stream.py``: the server sends what
+it has, then EOF), so a read between two transactions finds nothing. The pipeline takes an
+empty poll for an idle source (it commits at once and starts an idle maintenance slice), so
+a poll whose read found nothing waits up to ``poll_wait_s`` (0.5 s, as the Postgres source)
+for the binlog to grow, asking ``SHOW MASTER STATUS`` on the control connection every
+``HEAD_CHECK_SECONDS`` and reading again only when the binlog's end moved.
 """
 
 from __future__ import annotations
