@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 from typing import Any
 
 from benchmarks import workloads as W
@@ -67,6 +68,7 @@ def lag_scenario(ctx: Context, kind: str, setting: dict[str, Any] | None = None)
                 seen.append((int(a["txn"]), commit.wall))
 
     sess.timings.after_apply = after_apply
+    trace = _Trace(sess)
     out = d / "writer.json"
     procs: list[Any] = []
 
@@ -103,6 +105,7 @@ def lag_scenario(ctx: Context, kind: str, setting: dict[str, Any] | None = None)
         "series": _thin(samples, 2000),
         "engine": phase_dict(phase, label="lag") if phase else None,
         "workload": workload_info(w),
+        "trace": trace.summary(commits, start),
     })  # fmt: skip
     ctx.log(
         f"  {kind}/lag{' (' + result['setting'] + ')' if setting else ''}: offered {rate:,.0f} events/s for {seconds:.0f}s "
@@ -130,3 +133,58 @@ def _thin(samples: list[tuple[float, float]], n: int) -> list[tuple[float, float
         return samples
     step = len(samples) / n
     return [samples[int(i * step)] for i in range(n)]
+
+
+class _Trace:
+    """Per batch, poll and maintenance slice of the run (monotonic times): which batches are
+    late and what the run loop did before them (``result["trace"]``)."""
+
+    def __init__(self, sess: EngineSession) -> None:
+        self.batches: list[dict[str, Any]] = []
+        self.polls: list[tuple[float, float, int]] = []  # start, end, events
+        self.slices: list[tuple[float, float]] = []  # end, seconds
+        steps = sess.rep.env.steps
+        applied, sliced, poll = steps.batch_applied, steps.maintenance_slice, sess.ctl.poll
+
+        def batch_applied(events: Any, seconds: float) -> None:
+            applied(events, seconds)
+            txns = {int(ev.after["txn"]) for evs in events.values() for ev in evs
+                    if ev.after is not None and ev.after.get("txn")}  # fmt: skip
+            self.batches.append({"end": time.monotonic(), "wall": time.time(), "apply": seconds,
+                                 "events": sum(len(e) for e in events.values()), "txns": txns})  # fmt: skip
+
+        def maintenance_slice(seconds: float) -> None:
+            sliced(seconds)
+            self.slices.append((time.monotonic(), seconds))
+
+        def traced_poll() -> Any:
+            t0, n = time.monotonic(), 0
+            for ev in poll():
+                n += 1
+                yield ev
+            self.polls.append((t0, time.monotonic(), n))
+
+        steps.batch_applied = batch_applied  # type: ignore[method-assign]
+        steps.maintenance_slice = maintenance_slice  # type: ignore[method-assign]
+        sess.ctl.poll = traced_poll  # type: ignore[method-assign]
+
+    def summary(self, commits: dict[int, float], start: float) -> dict[str, Any]:
+        """Per batch: when it was committed (s after the writer started), events, apply
+        seconds, its oldest row's lag, and the polls / empty polls / maintenance slices
+        since the batch before."""
+        out: list[dict[str, Any]] = []
+        prev = self.batches[0]["end"] - 10 if self.batches else 0.0
+        for b in self.batches:
+            lags = [b["wall"] - commits[t] for t in b["txns"] if t in commits]
+            polls = [p for p in self.polls if prev <= p[1] < b["end"]]
+            slices = [s for s in self.slices if prev <= s[0] < b["end"]]
+            out.append({
+                "at": round(b["wall"] - start, 3), "events": b["events"], "apply": round(b["apply"], 3),
+                "max_lag": round(max(lags), 3) if lags else None,
+                "polls": len(polls), "empty_polls": sum(1 for p in polls if p[2] == 0),
+                "poll_seconds": round(sum(p[1] - p[0] for p in polls), 3),
+                "longest_poll": round(max((p[1] - p[0] for p in polls), default=0.0), 3),
+                "maintenance": [round(s[1], 3) for s in slices],
+            })  # fmt: skip
+            prev = b["end"]
+        return {"batches": out}

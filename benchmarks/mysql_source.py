@@ -56,7 +56,7 @@ def _drain(src: MySQLSource) -> int:
 
 def _source(db: PrivateMariaDB, name: str, tables: list[str], tmp: Path, **kw: Any) -> MySQLSource:
     src = MySQLSource(db.dsn_for(dbname=name), tables=[f"{name}.{t}" for t in tables],
-                      server_id=next(_ids), progress=False,
+                      server_id=next(_ids), progress=False, poll_wait_s=0.0,  # (drain ends on an empty poll)
                       dead_letters=DeadLetterSink(tmp / f"dead{next(_ids)}.jsonl"), **kw)  # fmt: skip
     src.snapshot_blocks = True  # as pipeline.reader.SourceReader sets it
     return src

@@ -296,7 +296,11 @@ def bench(rows: int = 100_000, single: int = 20_000) -> dict[str, float]:
             db="shop",
         )
         src = MySQLSource(
-            db.dsn, dead_letters=DeadLetterSink(None), tables=["shop.bench"], progress=False
+            db.dsn,
+            dead_letters=DeadLetterSink(None),
+            tables=["shop.bench"],
+            progress=False,
+            poll_wait_s=0.0,  # a drain ends on an empty poll: no wait for more in the rate
         )
         src.start(Checkpoints())
         assert not list(src.poll())  # empty snapshot

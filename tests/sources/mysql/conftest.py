@@ -87,6 +87,7 @@ def make_source(tmp_path: Path) -> Iterator[Callable[..., MySQLSource]]:
         kw.setdefault("dead_letters", DeadLetterSink(tmp_path / f"dead{len(made)}.jsonl"))
         kw.setdefault("server_id", next(_server_ids))
         kw.setdefault("progress", False)
+        kw.setdefault("poll_wait_s", 0.05)  # an empty poll waits this long (drain ends on one)
         src = MySQLSource(db.dsn, **kw)
         made.append(src)
         return src

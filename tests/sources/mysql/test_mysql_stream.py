@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import groupby
 from typing import Any
 
@@ -15,7 +15,7 @@ from replicator.checkpoint import Checkpoints
 from replicator.errors import SchemaChangeError, TerminalError
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.mysql import MySQLSource
-from replicator.sources.mysql.stream import ROW_SHIFT
+from replicator.sources.mysql.stream import ROW_SHIFT, BinlogStream
 
 pytestmark = pytest.mark.integration
 
@@ -293,3 +293,29 @@ def test_idle_and_unrelated_activity(db: TestDb, make_source: Callable[..., MySQ
     assert src.resume_position > before  # the stream moved past the unrelated transaction
     db.sql("INSERT INTO a VALUES (1, 'x')")
     assert [e.op for e in drain(src)] == [Op.CREATE]
+
+
+def test_a_poll_waits_for_changes_before_it_comes_back_empty(
+    db: TestDb, make_source: Callable[..., MySQLSource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty poll tells the pipeline the source is idle (it commits at once and starts an
+    idle maintenance slice): a binlog read that finds nothing between two transactions must
+    not end the poll. Here each read of the binlog finds nothing, then a statement commits
+    (first to a table not replicated, then to one that is): the poll goes on to the change."""
+    _tables(db)
+    src = _started(db, make_source)
+    src.poll_wait_s = 120.0  # (only reached if the poll never sees the change)
+    statements = ["INSERT INTO other VALUES (7)", "INSERT INTO a VALUES (1, 'x')"]
+    reads: list[int] = []
+    read = BinlogStream.poll
+
+    def poll_then_commit(self: BinlogStream, *args: Any, **kw: Any) -> Iterator[ChangeEvent]:
+        got = list(read(self, *args, **kw))
+        reads.append(len(got))
+        yield from got
+        if not got and statements:
+            db.sql(statements.pop(0))
+
+    monkeypatch.setattr(BinlogStream, "poll", poll_then_commit)
+    assert [(e.table, e.op) for e in src.poll()] == [(f"{db.name}.a", Op.CREATE)]
+    assert reads == [0, 0, 1]
