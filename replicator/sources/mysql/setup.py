@@ -9,6 +9,7 @@ never a stack trace.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -478,13 +479,23 @@ def binary_logs(conn: pymysql.Connection[Cursor]) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in query(conn, "SHOW BINARY LOGS")}
 
 
+_STATUS_SQL: weakref.WeakKeyDictionary[pymysql.Connection[Cursor], str] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def master_status(conn: pymysql.Connection[Cursor]) -> tuple[str, int]:
     """The current binlog file and offset (``SHOW MASTER STATUS``; MySQL 8.4 renamed it
     ``SHOW BINARY LOG STATUS``)."""
+    sql = _STATUS_SQL.get(conn, "SHOW MASTER STATUS")
     try:
-        rows = query(conn, "SHOW MASTER STATUS")
+        rows = query(conn, sql)
     except pymysql.err.ProgrammingError:
-        rows = query(conn, "SHOW BINARY LOG STATUS")
+        if sql != "SHOW MASTER STATUS":
+            raise
+        # A waiting poll asks every 10 ms: remember the name this server knows.
+        sql = _STATUS_SQL[conn] = "SHOW BINARY LOG STATUS"
+        rows = query(conn, sql)
     if not rows:
         raise SourceSetupError(
             "SHOW MASTER STATUS returned nothing: the binary log is off",

@@ -5,14 +5,51 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pymysql
 import pytest
 from mysql_testkit import TestDb, drain
 
 from replicator.checkpoint import Checkpoints
 from replicator.errors import ConfigError, SourceSetupError, TransientError
 from replicator.sources.mysql import MySQLSource
-from replicator.sources.mysql.setup import parse_dsn
+from replicator.sources.mysql.setup import master_status, parse_dsn
 from sample_dbs.mysql.server import PrivateMariaDB
+
+
+class _Server84:
+    """A connection to a server that knows only ``SHOW BINARY LOG STATUS`` (MySQL 8.4)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def cursor(self) -> Any:
+        conn = self
+
+        class _Cursor:
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+            def execute(self, sql: str, params: Any = None) -> None:
+                conn.sent.append(sql)
+                if sql == "SHOW MASTER STATUS":
+                    raise pymysql.err.ProgrammingError(1064, "syntax error")
+
+            def fetchall(self) -> list[tuple[Any, ...]]:
+                return [("binlog.000003", 157)]
+
+        return _Cursor()
+
+
+def test_master_status_remembers_the_statement_the_server_knows() -> None:
+    """A waiting poll asks for the binlog's end every 10 ms: on MySQL 8.4 the renamed
+    statement is found once per connection, not tried after a failure each time."""
+    conn = _Server84()
+    assert master_status(conn) == ("binlog.000003", 157)  # type: ignore[arg-type]
+    assert master_status(conn) == ("binlog.000003", 157)  # type: ignore[arg-type]
+    assert conn.sent == ["SHOW MASTER STATUS", "SHOW BINARY LOG STATUS", "SHOW BINARY LOG STATUS"]
 
 
 def test_parse_dsn() -> None:
