@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import time
 import uuid
@@ -351,6 +352,23 @@ def pg_raw_peek(dsn: str, slot: str, publication: str) -> RawRead:
         return RawRead("pgoutput via SQL peek (no decoding)", n, rows, time.perf_counter() - t0)
 
 
+def pg_raw_copy(dsn: str, table: str, key: str, rows: int) -> RawRead:
+    """The snapshot's baseline: the whole table by one ``COPY (SELECT * ... ORDER BY key) TO
+    STDOUT (FORMAT csv)`` on one connection, bytes written to /dev/null (no parsing)."""
+    import psycopg
+
+    sql = f'COPY (SELECT * FROM "{table}" ORDER BY "{key}") TO STDOUT (FORMAT csv)'
+    t0 = time.perf_counter()
+    with (
+        psycopg.connect(dsn) as conn, conn.cursor() as cur, cur.copy(sql) as copy,
+        open(os.devnull, "wb") as sink,
+    ):  # fmt: skip
+        for data in copy:
+            sink.write(data)
+    return RawRead("raw COPY TO STDOUT into /dev/null (one connection)", rows, rows,
+                   time.perf_counter() - t0)  # fmt: skip
+
+
 def pg_raw_stream(dsn: str, slot: str, publication: str, *, idle: float = 1.0) -> RawRead:
     """The replication stream (the engine's transport) drained: messages counted, not decoded."""
     import psycopg
@@ -414,7 +432,9 @@ def mysql_raw(dsn: str, server_id: int, position: tuple[str, int], schema: str) 
             rows += len(ev.rows)
     finally:
         reader.close()
-    return RawRead("binlog rows parsed by mysql-replication", events, rows, time.perf_counter() - t0)
+    return RawRead(
+        "binlog rows parsed by mysql-replication", events, rows, time.perf_counter() - t0
+    )
 
 
 def pg_create_slot(dsn: str, slot: str) -> int:

@@ -63,6 +63,9 @@ class Timings:
     table_batches: int = 0
     events_applied: int = 0
     generation: int = 0  # bumped by reset: lets a poll in flight tell its phase was restarted
+    # Monotonic start of the first poll since ``reset`` that handed out an event: a phase's
+    # rate "after start-up" runs from there (Spark, catalog and slot set-up left out).
+    first_read: float | None = None
     # Called after each table's batch is committed (the lag measurement uses it).
     after_apply: Callable[[Sequence[ChangeEvent], CommitRecord | None], None] | None = None
 
@@ -75,6 +78,7 @@ class Timings:
         self.commits = []
         self.table_batches = 0
         self.events_applied = 0
+        self.first_read = None
 
 
 class EngineSteps(StepObserver):
@@ -234,9 +238,12 @@ class ControlledSource(ChangeSource):
         before = {k: self.t.parts[k] for k in _SOURCE_INTERNAL if k in self.t.parts}
         generation = self.t.generation
         t = time.perf_counter()
+        called = time.monotonic()
         for ev in self.inner.poll():
             self.t.add("source_read", time.perf_counter() - t)
             got += 1
+            if self.t.first_read is None and self.t.generation == generation:
+                self.t.first_read = called
             if not self._reads.is_set():
                 self._reads.wait()
             yield ev
@@ -276,6 +283,14 @@ class Phase:
     memory: MemoryReport | None = None
     loadavg: str = ""
     worker: dict[str, float] = field(default_factory=dict)  # from benchmarks.spark_probe
+    first_read: float | None = None  # monotonic: Timings.first_read
+
+    @property
+    def read_seconds(self) -> float:
+        """From the first poll that read an event to the last commit: the phase after
+        start-up (for the initial snapshot: engine, Spark table and slot set-up left out)."""
+        begin = self.start if self.first_read is None else max(self.first_read, self.start)
+        return max(self.end - begin, 1e-9)
 
     @property
     def seconds(self) -> float:
@@ -395,7 +410,7 @@ class EngineSession:
             name=name, start=start, end=end, events=self.summary.events_seen - events0,
             batches=self.summary.batches - batches0, parts=dict(t.parts), commits=list(t.commits),
             table_batches=t.table_batches, memory=mem, loadavg=load_average(),
-            worker=_probe_sums(self.probe_path, self._probe_offset),
+            worker=_probe_sums(self.probe_path, self._probe_offset), first_read=t.first_read,
         ))  # fmt: skip
         self._current = None
 

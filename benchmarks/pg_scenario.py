@@ -155,6 +155,8 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
                 f"{v['events_per_batch']:,.0f} events/batch")  # fmt: skip
 
     source_tables = [f"public.{t.name}" for t in w.tables]
+    if w.snapshot_only:
+        _raw_copy(ctx, res, dsn, w, conn)
     if not w.snapshot_only:
         for sink, slot in zip(sinks, ("bl_merge", "bl_pyiceberg"), strict=False):
             src = _pg_source(dsn, slot)
@@ -259,6 +261,20 @@ def _delete_mode_checks(ctx: Context, res: WorkloadResult, w: W.Workload, by_mod
                 )
     except Exception as exc:  # noqa: BLE001 - reported
         res.errors.append(f"delete mode read: {type(exc).__name__}: {exc}"[:400])
+
+
+def _raw_copy(ctx: Context, res: WorkloadResult, dsn: str, w: W.Workload, conn: Any) -> None:
+    """The snapshot's baseline, after the engines (the table in the page cache: the
+    conservative order for the ratio), best of two."""
+    t = w.tables[0]
+    rows = int(_one(conn, f"SELECT count(*) FROM {t.name}"))
+    try:
+        r = min((B.pg_raw_copy(dsn, t.name, "id", rows) for _ in range(2)), key=lambda x: x.seconds)
+    except Exception as exc:  # noqa: BLE001 - reported
+        res.errors.append(f"raw COPY: {exc}")
+        return
+    res.raw.append({**asdict(r), "rate": r.rate, "message_rate": r.message_rate})
+    ctx.log(f"  postgres/{w.name}: {r.name}: {rows:,} rows in {r.seconds:.2f}s = {r.rate:,.0f}/s")
 
 
 def _one(conn: Any, sql: str) -> Any:

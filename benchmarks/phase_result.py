@@ -30,6 +30,8 @@ def phase_dict(p: Phase, *, label: str = "") -> dict[str, Any]:
         "events": p.events,
         "seconds": p.seconds,
         "rate": p.rate,
+        "read_seconds": p.read_seconds,
+        "rate_after_startup": p.events / p.read_seconds,
         "batches": p.batches,
         "table_batches": p.table_batches,
         "events_per_batch": p.events / max(p.batches, 1),

@@ -65,14 +65,20 @@ def test_bench_tiny_runs_end_to_end(tmp_path: Path) -> None:
         pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}")
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "benchmarks.run", "--size", "tiny", "--sources", "postgres",
-           "--workloads", "mixed,lag", "--baselines", "mixed", "--read-cost", "",
+           "--workloads", "snapshot,mixed,lag", "--baselines", "mixed", "--read-cost", "",
            "--lag-seconds", "2", "--sweep", "", "--no-warmup", "--no-charts", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "REPORT.md").read_text()
-    assert "## Targets (mixed CDC on PostgreSQL)" in report
+    assert "## Targets of issue 27 (this run)" in report
+    assert "## Mixed CDC on PostgreSQL in detail" in report
     res = json.loads((out / "results.json").read_text())
+    snap = res["postgres"]["snapshot"]
+    assert snap["snapshot"]["events"] == snap["workload"]["initial_rows"]
+    # After start-up leaves the engine's set-up out: never slower than from engine start.
+    assert snap["snapshot"]["rate_after_startup"] >= snap["snapshot"]["rate"]
+    assert [x["row_messages"] for x in snap["raw"]] == [snap["workload"]["initial_rows"]]
     mixed = res["postgres"]["mixed"]
     assert mixed["engine"]["events"] == mixed["workload"]["events"]
     assert mixed["check"]["equal"], mixed["check"]

@@ -1,0 +1,71 @@
+"""The issue-27 targets table of REPORT.md (``benchmarks/targets.py``): verdicts from a
+run's results; a figure the run did not produce is "not run", never met."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import targets as T
+
+
+def _phase(rate: float, seconds: float = 1.0, **extra: Any) -> dict[str, Any]:
+    n = int(rate * seconds)
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "events": n,
+        "batches": 1,
+        "events_per_batch": n,
+        **extra,
+    }
+
+
+def _row(lines: list[str], start: str) -> list[str]:
+    found = [ln for ln in "\n".join(lines).splitlines() if ln.startswith(f"| {start}")]
+    assert len(found) == 1, (start, lines)
+    return [c.strip() for c in found[0].strip("|").split("|")]
+
+
+def test_every_figure_is_judged_against_its_target_and_baseline() -> None:
+    results = {
+        "postgres": {
+            "mixed": {
+                "engine": _phase(90_000, events_per_cpu_second=40_000.0),
+                "baselines": [{"name": "Spark MERGE INTO (merge-on-read)", "rate": 20_000.0}],
+                "raw": [{"name": "pgoutput via replication stream", "rate": 500_000.0}],
+            },
+            "snapshot": {
+                "snapshot": _phase(100_000, rate_after_startup=260_000.0),
+                "raw": [{"name": "raw COPY TO STDOUT into /dev/null (one connection)",
+                         "rate": 1_000_000.0}],
+            },
+            "tables1": {"engine": _phase(50_000, seconds=2.0)},
+            "tables100": {"engine": _phase(30_000, seconds=3.2)},
+        },
+        "mariadb": {"mixed": {"engine": _phase(61_000)}},
+        "lag": {"postgres": {"rate": 5_000.0, "p50": 0.3, "p99": 0.6},
+                "mariadb": {"rate": 5_000.0, "p50": 0.3, "p99": 2.5}},
+    }  # fmt: skip
+    lines = T.issue27_lines(results)
+    assert _row(lines, "Postgres mixed CDC")[-1] == "**met**"
+    assert _row(lines, "Postgres mixed / raw")[2:] == [
+        "0.18", "pgoutput via replication stream: 500,000 row messages/s", "missed"]  # fmt: skip
+    assert _row(lines, "Postgres mixed / Spark MERGE")[2] == "4.50x"
+    assert _row(lines, "Postgres snapshot (8")[-1] == "**met**"
+    assert _row(lines, "Postgres snapshot / raw")[2:] == [
+        "0.26", "raw COPY TO STDOUT into /dev/null (one connection): 1,000,000 rows/s", "**met**"]  # fmt: skip
+    assert _row(lines, "MariaDB mixed")[-1] == "**met**"
+    assert _row(lines, "MariaDB snapshot")[-1] == "not run"
+    assert (
+        _row(lines, "100 tables")[2].startswith("1.60x")
+        and _row(lines, "100 tables")[-1] == "missed"
+    )
+    assert _row(lines, "Postgres commit-to-visible")[-1] == "**met**"
+    assert _row(lines, "MariaDB commit-to-visible")[-1] == "missed"
+    assert _row(lines, "Driver RSS")[-1] == "not run"
+
+
+def test_an_empty_run_meets_nothing() -> None:
+    lines = T.issue27_lines({})
+    assert not [ln for ln in lines if "**met**" in ln]
+    assert "0 of 0 judged targets met" in "\n".join(lines)
