@@ -63,6 +63,9 @@ class Timings:
     table_batches: int = 0
     events_applied: int = 0
     generation: int = 0  # bumped by reset: lets a poll in flight tell its phase was restarted
+    # Maintenance slices as (monotonic end, seconds): a phase counts those that ended by its
+    # last commit (a slice after it, e.g. once the backlog is read, is outside its wall).
+    slices: list[tuple[float, float]] = field(default_factory=list)
     # Called after each table's batch is committed (the lag measurement uses it).
     after_apply: Callable[[Sequence[ChangeEvent], CommitRecord | None], None] | None = None
 
@@ -75,6 +78,7 @@ class Timings:
         self.commits = []
         self.table_batches = 0
         self.events_applied = 0
+        self.slices = []
 
 
 class EngineSteps(StepObserver):
@@ -114,7 +118,7 @@ class EngineSteps(StepObserver):
                 t.after_apply(evs, new[-1] if new else None)
 
     def maintenance_slice(self, seconds: float) -> None:
-        self.t.add("maintenance", seconds)
+        self.t.slices.append((time.monotonic(), seconds))
 
 
 def _quiet(source: ChangeSource, poll_max: int | None) -> None:
@@ -385,6 +389,7 @@ class EngineSession:
         t.parts["summary_stage_seconds"] = now[0] - self._totals0[0]
         t.parts["summary_commit_seconds"] = now[1] - self._totals0[1]
         end = max((c.mono for c in t.commits), default=start)
+        t.parts["maintenance"] = sum(sec for ended, sec in t.slices if ended <= end)
         mem = self._sampler.stop() if self._sampler is not None else None
         self._sampler = None
         self.phases.append(Phase(
