@@ -66,6 +66,9 @@ class Timings:
     # Monotonic start of the first poll since ``reset`` that handed out an event: a phase's
     # rate "after start-up" runs from there (Spark, catalog and slot set-up left out).
     first_read: float | None = None
+    # Maintenance slices as (monotonic end, seconds): a phase counts those that ended by its
+    # last commit (a slice after it, e.g. once the backlog is read, is outside its wall).
+    slices: list[tuple[float, float]] = field(default_factory=list)
     # Called after each table's batch is committed (the lag measurement uses it).
     after_apply: Callable[[Sequence[ChangeEvent], CommitRecord | None], None] | None = None
 
@@ -79,6 +82,7 @@ class Timings:
         self.table_batches = 0
         self.events_applied = 0
         self.first_read = None
+        self.slices = []
 
 
 class EngineSteps(StepObserver):
@@ -118,7 +122,7 @@ class EngineSteps(StepObserver):
                 t.after_apply(evs, new[-1] if new else None)
 
     def maintenance_slice(self, seconds: float) -> None:
-        self.t.add("maintenance", seconds)
+        self.t.slices.append((time.monotonic(), seconds))
 
 
 def _quiet(source: ChangeSource, poll_max: int | None) -> None:
@@ -404,6 +408,7 @@ class EngineSession:
         t.parts["summary_stage_seconds"] = now[0] - self._totals0[0]
         t.parts["summary_commit_seconds"] = now[1] - self._totals0[1]
         end = max((c.mono for c in t.commits), default=start)
+        t.parts["maintenance"] = sum(sec for ended, sec in t.slices if ended <= end)
         mem = self._sampler.stop() if self._sampler is not None else None
         self._sampler = None
         self.phases.append(Phase(

@@ -73,6 +73,8 @@ class SlicePacer:
     busy_seconds: float = float("inf")
     pause: float = 0.0
     unfinished: bool = False
+    # When a backlog first held back the due slice (``fit``; None: it has not since the last).
+    held_since: float | None = None
 
     def due(self, now: float, *, idle: bool = False) -> bool:
         return now - self.last_end >= self._wait(idle)
@@ -88,15 +90,20 @@ class SlicePacer:
         """Between batches, the budget of a due slice that must fit into ``room``: the seconds
         until the pending batch is due (its linger; ``Batcher.due_in``), so the slice runs
         while the batch fills instead of holding its rows past that (commit-to-visible lag).
-        With less than ``MIN_ROOM_SECONDS`` left it waits for a later gap (None) until it has
-        been due ``every_seconds`` longer: under a backlog every batch is due at once, and
-        maintenance must not starve (it then takes its usual budget). No cap at a share of 1."""
+        With less than ``MIN_ROOM_SECONDS`` left (a backlog: the next batch is due at once) it
+        waits for a later gap (None) until a backlog has held it back for ``every_seconds``:
+        maintenance must not starve under a lasting backlog (it then takes its usual budget,
+        about every ``2 * every_seconds``). That clock starts at the first batch the slice
+        waited for, not when it fell due: time the source was quiet (e.g. a backlog arriving
+        after an idle stretch) is no reason to hold the backlog's next batch. No cap at a
+        share of 1."""
         if self.share >= 1:
             return budget
         if room >= MIN_ROOM_SECONDS:
             return min(budget, room)
-        overdue = now - self.last_end - self._wait(idle=False)
-        return budget if overdue >= self.every_seconds else None
+        if self.held_since is None:
+            self.held_since = now
+        return budget if now - self.held_since >= self.every_seconds else None
 
     def budget(self, now: float, slice_seconds: float, *, idle: bool = False) -> float:
         """The time budget of a slice starting ``now``: its share of the time since the last
@@ -111,6 +118,7 @@ class SlicePacer:
         self.last_end = ended
         self.pause = (ended - started) * (1 - self.share) / self.share
         self.unfinished = unfinished
+        self.held_since = None
 
 
 @dataclass(frozen=True)

@@ -344,7 +344,7 @@ def test_expiry_is_due_past_the_snapshot_count_cap_however_young(tmp_path: Path)
 def test_a_slice_between_batches_fits_before_the_pending_batch_is_due() -> None:
     """Issue 27: a slice runs while the next batch fills (its budget at most the room left
     before that batch is due), waits for a later gap when there is none, and runs anyway once
-    it has been due every_seconds longer (a backlog leaves no gap)."""
+    a backlog has held it back for every_seconds (a backlog leaves no gap)."""
     from replicator.maintenance.scheduler import MIN_ROOM_SECONDS, SlicePacer
 
     pacer = SlicePacer(every_seconds=5.0, share=0.25, last_end=0.0, busy_seconds=0.5)
@@ -353,10 +353,30 @@ def test_a_slice_between_batches_fits_before_the_pending_batch_is_due() -> None:
     assert pacer.fit(5.0, 0.5, room=MIN_ROOM_SECONDS / 2) is None  # the batch is about due
     assert pacer.fit(5.0, 0.5, room=-3.0) is None  # overdue: the batch goes first
     assert pacer.fit(9.9, 0.5, room=-3.0) is None
-    assert pacer.fit(10.0, 0.5, room=-3.0) == 0.5  # due for every_seconds more: no starving
+    assert pacer.fit(10.0, 0.5, room=-3.0) == 0.5  # held every_seconds: no starving
     pacer.done(started=10.0, ended=10.4, unfinished=True)  # resumes after the 1.2 s pause
-    assert pacer.fit(11.7, 0.5, room=0.0) is None and pacer.fit(16.6, 0.5, room=0.0) == 0.5
+    assert pacer.fit(11.7, 0.5, room=0.0) is None and pacer.fit(16.6, 0.5, room=0.0) is None
+    assert pacer.fit(16.7, 0.5, room=0.0) == 0.5
     assert SlicePacer(5.0, 1.0, 0.0).fit(5.0, 10.0, room=0.0) == 10.0  # share 1: no cap
+
+
+def test_a_backlog_after_a_quiet_stretch_holds_the_due_slice_for_every_seconds() -> None:
+    """Issue 27 (Postgres mixed: 0.33 s of a 1.93 s backlog went to a slice after its first
+    batch): a slice that fell due while the source was quiet does not run between the
+    backlog's batches at once; it waits every_seconds from the first batch it held back,
+    then runs (a lasting backlog still gets its maintenance), and the clock starts again
+    after it."""
+    from replicator.maintenance.scheduler import SlicePacer
+
+    pacer = SlicePacer(every_seconds=5.0, share=0.25, last_end=0.0, busy_seconds=0.5)
+    assert pacer.due(12.0)  # due since 5.0: the source was quiet until 12.0
+    assert pacer.fit(12.0, 0.5, room=-0.2) is None  # the backlog's next batch goes first
+    assert pacer.fit(14.0, 0.5, room=-0.1) is None
+    assert pacer.fit(16.9, 0.5, room=-0.3) is None
+    assert pacer.fit(17.0, 0.5, room=-0.3) == 0.5  # held 5 s: runs under a lasting backlog
+    pacer.done(started=17.0, ended=17.3)
+    assert not pacer.due(22.2) and pacer.due(22.3)
+    assert pacer.fit(22.3, 0.5, room=-0.1) is None and pacer.fit(27.3, 0.5, room=-0.1) == 0.5
 
 
 def test_a_step_expected_to_overrun_the_budget_waits_for_the_next_slice(

@@ -69,7 +69,6 @@ def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
 
 _T, _N = ord("t"), ord("n")
 _I, _U, _D, _K, _NEW = ord("I"), ord("U"), ord("D"), ord("K"), ord("N")
-_LEN_BYTES = np.arange(1, 5)
 _BOOL_TEXT = pa.array(["t", "f"], pa.large_string())
 _FAILED = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError,
            ArithmeticError, TypeError, UnicodeDecodeError)  # fmt: skip
@@ -165,6 +164,7 @@ def _split(
     starts = ends - lens
     if lens.min() < 8:
         return None
+    words = _words(arr)
     kind, b5 = arr[starts], arr[starts + 5]
     is_i, is_u, is_d = kind == _I, kind == _U, kind == _D
     has_old = (is_u | is_d) & (b5 == _K)
@@ -174,14 +174,14 @@ def _split(
     old: _Old | None = None
     pos = starts + 6
     if has_old.any():
-        got = _tuple(arr, pos, has_old, ncols, last)
+        got = _tuple(arr, words, pos, has_old, ncols)
         if got is None:
             return None
         old_cols, old_end = got
         if (arr[np.minimum(old_end, last)][has_old & is_u] != _NEW).any():
             return None
         old, pos = _Old(has_old, old_cols), np.where(has_old & is_u, old_end + 1, old_end)
-    got = _tuple(arr, pos, ~is_d, ncols, last)
+    got = _tuple(arr, words, pos, ~is_d, ncols)
     if got is None or (got[1] != ends).any():
         return None
     if old is None and (is_i.all() or is_u.all()):
@@ -190,32 +190,41 @@ def _split(
     return arr, got[0], old, codes
 
 
+def _words(arr: np.ndarray) -> np.ndarray:
+    """The big-endian 4-byte word starting at each byte of ``arr`` (but its last three):
+    a value's length is one gather (``words[at]``), not four bytes gathered and joined."""
+    windows = np.lib.stride_tricks.as_strided(arr, shape=(len(arr) - 3, 4), strides=(1, 1), writeable=False)
+    return windows.view(">u4").reshape(len(arr) - 3)
+
+
 def _tuple(
-    arr: np.ndarray, pos: np.ndarray, present: np.ndarray, ncols: int, last: int
+    arr: np.ndarray, words: np.ndarray, pos: np.ndarray, present: np.ndarray, ncols: int
 ) -> tuple[list[Column], np.ndarray] | None:
     """The values of the tuples at ``pos`` (where ``present``; elsewhere nulls, and the
-    position stays), and where each tuple ends."""
+    position stays), and where each tuple ends (``words``: ``_words(arr)``)."""
     # Reads are clamped to the buffer instead of checked per column: offsets only grow, so a
     # message whose values overrun it cannot end exactly at its end (the caller checks).
+    last, last_word = len(arr) - 1, len(words) - 1
     at = np.minimum(pos, last)
     count = (arr[at].astype(np.int64) << 8) | arr[np.minimum(at + 1, last)]
     if (present & (count != ncols)).any():
         return None
-    pos = np.where(present, pos + 2, pos)
-    n = len(pos)
+    pos = pos + 2 * present
+    absent = ~present
     cols: list[Column] = []
     for _ in range(ncols):
         at = np.minimum(pos, last)
         kind = arr[at]
-        is_t = present & (kind == _T)
-        if not (~present | is_t | (kind == _N)).all():
+        is_t = kind == _T
+        if not (is_t | (kind == _N) | absent).all():
             return None  # unchanged TOAST or binary: the per-row path
-        word = arr[np.minimum(at[:, None] + _LEN_BYTES, last)]  # each value's 4-byte length
-        length = np.where(is_t, word.view(">u4").reshape(n).astype(np.int64), 0)
+        is_t &= present
+        length = words[np.minimum(at + 1, last_word)] * is_t  # each value's 4-byte length
         if (length >= 1 << 31).any():
             return None  # a negative length: malformed
-        cols.append((is_t, pos + 5, length))
-        pos = np.where(is_t, pos + 5 + length, np.where(present, pos + 1, pos))
+        start = pos + 5
+        cols.append((is_t, start, length))
+        pos = np.where(is_t, start + length, pos + present)
     return cols, pos
 
 
