@@ -164,7 +164,12 @@ class Batcher:
     def room(self, queued_since: float | None) -> float:
         """Seconds until the oldest change read and not committed is due by the linger: the
         pending batch's first, else the oldest the reader queued (``queued_since``, when it
-        got it), else one read now (the whole linger). Negative: overdue (a backlog)."""
+        got it), else one read now (the whole linger). Negative: overdue (a backlog). 0 while
+        the source reads a backlog (``behind``): its next changes are at hand, so a
+        slice now only holds them (the reader's queue can be empty for a moment after a
+        commit while it decodes the next group, which looked like a whole linger of room)."""
+        if self.behind:
+            return 0.0
         due = self.due_in()
         if due is not None:
             return due
