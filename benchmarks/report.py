@@ -266,7 +266,7 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         lines.append(
             f"* **Batch size in practice**: a batch closes at `batch.max_events` (100,000), "
             f"when the source goes idle, or once everything read is in it and the reader got its "
-            f"first event `batch.linger_seconds` (0.5 s) ago; the initial snapshot ran as {snap['batches']} "
+            f"first event `batch.linger_seconds` (0.5 s) ago while the source is not reading a backlog; the initial snapshot ran as {snap['batches']} "
             f"batches of {_f(snap['events_per_batch'])} rows and this change phase as "
             f"{e['batches']} batches of {_f(e['events_per_batch'])} events on average."
         )
