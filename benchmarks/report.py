@@ -172,11 +172,6 @@ def _first_index(splits: dict[str, list[tuple[str, float]]], key: str) -> int:
     return 0
 
 
-def _best_raw(r: dict[str, Any]) -> dict[str, Any] | None:
-    raws = [x for x in r.get("raw", []) if x.get("rate")]
-    return max(raws, key=lambda x: x["rate"]) if raws else None
-
-
 def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The targets, for mixed CDC on Postgres."""
     r = results.get("postgres", {}).get("mixed")
@@ -187,7 +182,7 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     bl = {b["name"]: b for b in r.get("baselines", [])}
     usable = [b for b in bl.values() if b.get("rate") and not b.get("error")]
     faster = max(usable, key=lambda b: b["rate"]) if usable else None
-    raw = _best_raw(r)
+    raw = targets.best_raw(r)
     src_only = e["events"] / e["parts"]["source_read"] if e["parts"].get("source_read") else None
     verdict: dict[str, Any] = {"engine": rate}
     lines = [

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -35,16 +34,11 @@ if str(ROOT) not in sys.path:
 from benchmarks.bigsnapshot import _committed_rows, _setup  # noqa: E402
 
 
-def _raw_copy_devnull(dsn: str) -> dict[str, Any]:
-    import psycopg
+def _raw_copy_devnull(dsn: str, rows: int) -> dict[str, Any]:
+    """``baselines.pg_raw_copy`` of the ``big`` table (bytes into /dev/null)."""
+    from benchmarks.baselines import pg_raw_copy
 
-    sql = "COPY (SELECT * FROM big ORDER BY id) TO STDOUT (FORMAT csv)"
-    t0 = time.perf_counter()
-    with psycopg.connect(dsn) as conn, conn.cursor() as cur, cur.copy(sql) as copy, \
-            open(os.devnull, "wb") as sink:  # fmt: skip
-        for data in copy:
-            sink.write(data)
-    return {"seconds": round(time.perf_counter() - t0, 2)}
+    return {"seconds": round(pg_raw_copy(dsn, "big", "id", rows).seconds, 2)}
 
 
 MARIADB_DDL = (
@@ -196,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             _setup(pg.dsn, args.rows)
             result["load_before"] = Path("/proc/loadavg").read_text().split()[:3]
             # The raw read, best of three (the machine is shared; engines' runs are longer).
-            raw = min((_raw_copy_devnull(pg.dsn) for _ in range(3)), key=lambda r: r["seconds"])
+            raw = min((_raw_copy_devnull(pg.dsn, args.rows) for _ in range(3)), key=lambda r: r["seconds"])
             result["raw_copy"] = raw
             raw["rows_per_s"] = round(args.rows / raw["seconds"])
             engines: list[tuple[str, Path, int | None]] = [
@@ -215,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
                 eng["ratio_to_raw_copy"] = round(eng["rows_per_s_after_startup"] / raw["rows_per_s"], 3)
                 eng["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
             result["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
-            again = min(_raw_copy_devnull(pg.dsn)["seconds"] for _ in range(3))
+            again = min(_raw_copy_devnull(pg.dsn, args.rows)["seconds"] for _ in range(3))
             result["raw_copy_after_rows_per_s"] = round(args.rows / again)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -43,32 +43,41 @@ def _baseline(results: dict[str, Any], name_start: str) -> dict[str, Any] | None
     return found[0] if found else None
 
 
-def _best_raw(r: dict[str, Any] | None, prefix: str = "pgoutput") -> dict[str, Any] | None:
+def best_raw(r: dict[str, Any] | None, prefix: str = "") -> dict[str, Any] | None:
+    """The fastest raw read of a workload's result whose name starts with ``prefix``."""
     raws = [x for x in (r or {}).get("raw", []) if x.get("rate") and x["name"].startswith(prefix)]
     return max(raws, key=lambda x: x["rate"]) if raws else None
+
+
+def _ratio_row(
+    figure: str,
+    target: str,
+    value: float | None,
+    base: dict[str, Any] | None,
+    unit: str,
+    at_least: float,
+    suffix: str = "",
+) -> list[str]:
+    """A figure that is a multiple of a same-run baseline (``base``: its name and rate)."""
+    if not value or not base:
+        return [figure, target, NOT_RUN, "", NOT_RUN]
+    x = value / base["rate"]
+    return [figure, target, f"{x:.2f}{suffix}", f"{base['name']}: {_f(base['rate'])} {unit}",
+            _verdict(x >= at_least)]  # fmt: skip
 
 
 def _pg_mixed_rows(results: dict[str, Any]) -> list[list[str]]:
     e = _engine(results, "postgres", "mixed")
     rate = e["rate"] if e else None
-    merge = _baseline(results, "Spark MERGE")
-    raw = _best_raw(results.get("postgres", {}).get("mixed"))
-    rows = [["Postgres mixed CDC, events/s", f">= {_f(PG_MIXED_RATE)} (stretch {_f(PG_MIXED_STRETCH)})",
-             _f(rate) if rate else NOT_RUN, "", _verdict(None if rate is None else rate >= PG_MIXED_RATE)]]  # fmt: skip
-    if rate and raw:
-        x = rate / raw["rate"]
-        rows.append(["Postgres mixed / raw pgoutput read", f">= {RAW_SHARE} (stretch {RAW_SHARE_STRETCH})",
-                     f"{x:.2f}", f"{raw['name']}: {_f(raw['rate'])} row messages/s", _verdict(x >= RAW_SHARE)])  # fmt: skip
-    else:
-        rows.append(["Postgres mixed / raw pgoutput read", f">= {RAW_SHARE}", NOT_RUN, "", NOT_RUN])
-    if rate and merge:
-        x = rate / merge["rate"]
-        rows.append(["Postgres mixed / Spark MERGE INTO", f">= {VS_MERGE:.0f}x", f"{x:.2f}x",
-                     f"{merge['name']}: {_f(merge['rate'])} events/s", _verdict(x >= VS_MERGE)])  # fmt: skip
-    else:
-        rows.append(
-            ["Postgres mixed / Spark MERGE INTO", f">= {VS_MERGE:.0f}x", NOT_RUN, "", NOT_RUN]
-        )
+    rows = [
+        ["Postgres mixed CDC, events/s", f">= {_f(PG_MIXED_RATE)} (stretch {_f(PG_MIXED_STRETCH)})",
+         _f(rate) if rate else NOT_RUN, "", _verdict(None if rate is None else rate >= PG_MIXED_RATE)],
+        _ratio_row("Postgres mixed / raw pgoutput read", f">= {RAW_SHARE} (stretch {RAW_SHARE_STRETCH})",
+                   rate, best_raw(results.get("postgres", {}).get("mixed"), "pgoutput"),
+                   "row messages/s", RAW_SHARE),
+        _ratio_row("Postgres mixed / Spark MERGE INTO", f">= {VS_MERGE:.0f}x", rate,
+                   _baseline(results, "Spark MERGE"), "events/s", VS_MERGE, "x"),
+    ]  # fmt: skip
     if e and e.get("events_per_cpu_second"):
         rows.append(["Postgres mixed, events per CPU-second (all processes)", "reported",
                      _f(e["events_per_cpu_second"]), "anchors: filament ~574k (full load), OLake ~38k",
@@ -80,31 +89,19 @@ def _snapshot_rows(results: dict[str, Any]) -> list[list[str]]:
     r = results.get("postgres", {}).get("snapshot")
     s = (r or {}).get("snapshot")
     after = s.get("rate_after_startup") if s else None
-    raw = _best_raw(r, "raw COPY")
-    rows = [["Postgres snapshot (8 columns), rows/s after start-up", f">= {_f(SNAPSHOT_RATE)}",
-             f"{_f(after)} ({_f(s['rate'])} from engine start)" if after else NOT_RUN, "",
-             _verdict(None if after is None else after >= SNAPSHOT_RATE)]]  # fmt: skip
-    if after and raw:
-        x = after / raw["rate"]
-        rows.append(["Postgres snapshot / raw COPY TO STDOUT", f">= {SNAPSHOT_RAW_SHARE}", f"{x:.2f}",
-                     f"{raw['name']}: {_f(raw['rate'])} rows/s", _verdict(x >= SNAPSHOT_RAW_SHARE)])  # fmt: skip
-    else:
-        rows.append(
-            [
-                "Postgres snapshot / raw COPY TO STDOUT",
-                f">= {SNAPSHOT_RAW_SHARE}",
-                NOT_RUN,
-                "",
-                NOT_RUN,
-            ]
-        )
-    return rows
+    return [
+        ["Postgres snapshot (8 columns), rows/s after start-up", f">= {_f(SNAPSHOT_RATE)}",
+         f"{_f(after)} ({_f(s['rate'])} from engine start)" if s and after else NOT_RUN, "",
+         _verdict(None if after is None else after >= SNAPSHOT_RATE)],
+        _ratio_row("Postgres snapshot / raw COPY TO STDOUT", f">= {SNAPSHOT_RAW_SHARE}", after,
+                   best_raw(r, "raw COPY"), "rows/s", SNAPSHOT_RAW_SHARE),
+    ]  # fmt: skip
 
 
 def _mariadb_rows(results: dict[str, Any]) -> list[list[str]]:
     mixed = _engine(results, "mariadb", "mixed")
     snap = _engine(results, "mariadb", "snapshot", "snapshot")
-    raw = _best_raw(results.get("mariadb", {}).get("mixed"), "binlog")
+    raw = best_raw(results.get("mariadb", {}).get("mixed"), "binlog")
     snap_after = snap.get("rate_after_startup", snap["rate"]) if snap else None
     return [
         ["MariaDB mixed CDC, events/s", f">= {_f(MARIADB_MIXED_RATE)}",

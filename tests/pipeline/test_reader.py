@@ -73,14 +73,19 @@ def ids(items: list[object]) -> list[int]:
     return [e.after["id"] for it in items if isinstance(it, Events) for e in it.events]  # type: ignore[index]
 
 
-def test_events_in_order_then_idle() -> None:
-    src = Scripted([list(range(3000)), list(range(3000, 3010))])
+def read_until_idle(src: Scripted) -> list[object]:
+    """Everything a reader over ``src`` hands over until it says Idle."""
     reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
     reader.start()
     try:
-        items = drain(reader, Idle)
+        return drain(reader, Idle)
     finally:
         reader.stop()
+
+
+def test_events_in_order_then_idle() -> None:
+    src = Scripted([list(range(3000)), list(range(3000, 3010))])
+    items = read_until_idle(src)
     assert ids(items) == list(range(3010))
     assert max(len(it.events) for it in items if isinstance(it, Events)) == CHUNK_EVENTS
 
@@ -250,12 +255,7 @@ def test_events_say_whether_the_source_reads_a_backlog() -> None:
     # Issue 27: the run loop keeps a batch open past its linger while the source is behind;
     # each hand-over carries what the source said as it was made.
     src = Backlog([list(range(1500)), list(range(1500, 1510))])
-    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
-    reader.start()
-    try:
-        items = drain(reader, Idle)
-    finally:
-        reader.stop()
+    items = read_until_idle(src)
     got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
     assert got == [(CHUNK_EVENTS, True), (1500 - CHUNK_EVENTS, True), (10, False)]
 
@@ -265,11 +265,6 @@ def test_a_backlog_read_to_its_end_in_whole_chunks_says_so() -> None:
     # caught up with nothing left: an empty item says so, or the run loop would keep its batch
     # open until the next (idle) poll.
     src = Backlog([list(range(CHUNK_EVENTS)), list(range(CHUNK_EVENTS, 2 * CHUNK_EVENTS))])
-    reader = SourceReader(src, max_events=100_000, idle_sleep=0.01)
-    reader.start()
-    try:
-        items = drain(reader, Idle)
-    finally:
-        reader.stop()
+    items = read_until_idle(src)
     got = [(len(it.events), it.behind) for it in items if isinstance(it, Events)]
     assert got == [(CHUNK_EVENTS, True), (CHUNK_EVENTS, True), (0, False)]
