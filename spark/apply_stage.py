@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
@@ -315,7 +316,9 @@ def apply_local(
     io_properties: dict[str, str] | None = None,
 ) -> StageResult:
     """The same worker in this process, without Spark (staged chunk files first)."""
-    ordered = staged.sort_by(SEQ)
+    seq = staged.column(SEQ)
+    # Staging numbers rows in order: no sort (a copy of every column) unless they are not.
+    ordered = staged if len(seq) < 2 or pc.all(pc.less(seq[:-1], seq[1:])).as_py() else staged.sort_by(SEQ)
     batches = itertools.chain(
         staged_batches(chunk_paths, io_properties or {}, chunk_rows),
         ordered.to_batches(max_chunksize=chunk_rows),
