@@ -207,7 +207,7 @@ class ControlledSource(ChangeSource):
     # What the pipeline's reader and run loop ask a source besides the ChangeSource calls:
     # forwarded, so the engine runs as it does on the real source (without
     # ``snapshot_blocks`` a snapshot chunk reached the pipeline as one event per row, and the
-    # benchmark measured that path instead of the engine's; before 2026-11-28).
+    # benchmark measured that path instead of the engine's; before 2026-12-06).
     @property
     def snapshot_blocks(self) -> bool:
         return bool(getattr(self.inner, "snapshot_blocks", False))

@@ -11,6 +11,7 @@ disk in local mode, shared storage on a cluster.
 
 ``apply_local`` runs the same worker in-process without Spark: for batches of at most
 ``spark.driver_max_rows`` changes (a job's fixed cost is most of a small batch's time), for
+a table's part of plain snapshot reads of any size (``pipeline.stage_tasks.appends_only``), for
 the ``local`` engine of tests that exercise the mapping alone, and as the benchmarks'
 baseline of the stage's overhead.
 """
