@@ -37,6 +37,7 @@ from replicator.faults import maybe_lose_executor
 from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
 from replicator.storage.fileio import open_input
 from replicator.storage.partitioning import PartitionKey, decode_partition, encode_partition
+from spark.appends import append_rows, plain_appends
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -320,6 +321,10 @@ def apply_local(
     seq = staged.column(SEQ)
     # Staging numbers rows in order: no sort (a copy of every column) unless they are not.
     ordered = staged if len(seq) < 2 or pc.all(pc.less(seq[:-1], seq[1:])).as_py() else staged.sort_by(SEQ)
+    if not chunk_paths and not spec.keyless and plain_appends(ordered, spec.key_columns, spec.policy.upsert_reads):
+        # What the mapper would write, without its key map (``spark.appends``).
+        files, stats = append_rows(ordered, spec.data_columns, TableFileWriter(spec.writer), spec.policy.target_file_bytes)
+        return StageResult(files=files, stats=_stats_dict(stats))
     batches = itertools.chain(
         staged_batches(chunk_paths, io_properties or {}, chunk_rows),
         ordered.to_batches(max_chunksize=chunk_rows),
