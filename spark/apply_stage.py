@@ -11,6 +11,7 @@ disk in local mode, shared storage on a cluster.
 
 ``apply_local`` runs the same worker in-process without Spark: for batches of at most
 ``spark.driver_max_rows`` changes (a job's fixed cost is most of a small batch's time), for
+a table's part of plain snapshot reads of any size (``pipeline.stage_tasks.appends_only``), for
 the ``local`` engine of tests that exercise the mapping alone, and as the benchmarks'
 baseline of the stage's overhead.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
@@ -35,6 +37,7 @@ from replicator.faults import maybe_lose_executor
 from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
 from replicator.storage.fileio import open_input
 from replicator.storage.partitioning import PartitionKey, decode_partition, encode_partition
+from spark.appends import append_rows, plain_appends
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -315,7 +318,13 @@ def apply_local(
     io_properties: dict[str, str] | None = None,
 ) -> StageResult:
     """The same worker in this process, without Spark (staged chunk files first)."""
-    ordered = staged.sort_by(SEQ)
+    seq = staged.column(SEQ)
+    # Staging numbers rows in order: no sort (a copy of every column) unless they are not.
+    ordered = staged if len(seq) < 2 or pc.all(pc.less(seq[:-1], seq[1:])).as_py() else staged.sort_by(SEQ)
+    if not chunk_paths and not spec.keyless and plain_appends(ordered, spec.key_columns, spec.policy.upsert_reads):
+        # What the mapper would write, without its key map (``spark.appends``).
+        files, stats = append_rows(ordered, spec.data_columns, TableFileWriter(spec.writer), spec.policy.target_file_bytes)
+        return StageResult(files=files, stats=_stats_dict(stats))
     batches = itertools.chain(
         staged_batches(chunk_paths, io_properties or {}, chunk_rows),
         ordered.to_batches(max_chunksize=chunk_rows),

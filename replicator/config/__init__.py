@@ -285,7 +285,8 @@ class SparkConfig(_Strict):
         description="a batch of at most this many changes (all tables) is applied in the engine's "
         "own process by the same stage code, without a Spark job: a job's fixed cost (about 0.3 s) "
         "is most of a small batch's time, so this bounds commit-to-visible lag under a steady "
-        "trickle; larger batches (backlogs, snapshots) run on Spark; 0: every batch on Spark",
+        "trickle; larger batches (backlogs) run on Spark, except a table's part that is plain "
+        "snapshot reads (only appended: written here whatever its size); 0: every batch on Spark",
     )
     table_parallelism: int = Field(
         default=1, ge=1, le=256,

@@ -75,7 +75,7 @@ from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import Positions, TableIndexes
 from replicator.pipeline.stage_prep import chunks_for_stage, fill_from_table, held_keys, local_spark
-from replicator.pipeline.stage_tasks import PartInput, gathered, part_tasks
+from replicator.pipeline.stage_tasks import PartInput, appends_only, gathered, part_tasks
 from replicator.pipeline.staging import (
     STOP,
     BadChangeError,
@@ -499,7 +499,10 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
         return
     t0 = time.perf_counter()
     rows = sum(p.staged.table.num_rows + p.chunk_rows for p in todo if p.staged is not None)
-    in_driver = env.engine == "local" or rows <= env.driver_max_rows
+    small = env.engine == "local" or rows <= env.driver_max_rows
+    # Plain appends (``appends_only``) are written here whatever their size; the batch's other
+    # parts share ONE Spark job. driver_max_rows 0: all on Spark.
+    here = [small or (env.driver_max_rows > 0 and appends_only(p.staged, p.policy, p.chunks, p.state.keyless)) for p in todo]
 
     def run_stage() -> list[StageResult]:
         # Each attempt gets new batch ids (new file names): a transient storage error in the
@@ -512,7 +515,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
             for i, p in enumerate(todo):
                 assert p.staged is not None
                 spec = _stage_spec(p.state, batch.plan, p.positions)
-                if in_driver:
+                if here[i]:
                     tasks.append([StageTask(staged_path="", spec=spec, io_properties=io_props, chunk_paths=p.chunks)])
                     continue
                 if env.staging_uri is None:
@@ -520,14 +523,15 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                 where = f"{env.staging_uri.rstrip('/')}/{name}" if env.staging_uri is not None else str(stage_dir)
                 part = PartInput(p.staged.table, spec, p.chunks, p.chunk_rows)
                 tasks.append(part_tasks(part, env.table_parallelism, io_props, f"{where}/{i:05d}"))
-            if in_driver:
-                return [_write_here(env, p, t[0], io_props) for p, t in zip(todo, tasks, strict=True)]
-            started = time.perf_counter()
-            try:
-                results = apply_batch_with_spark(env.spark, [t for ts in tasks for t in ts])
-                return gathered(results, [len(ts) for ts in tasks])
-            finally:
-                env.steps.files_written(time.perf_counter() - started, by="spark")
+            results = {i: _write_here(env, p, tasks[i][0], io_props) for i, p in enumerate(todo) if here[i]}
+            if there := [i for i in range(len(todo)) if not here[i]]:
+                started = time.perf_counter()
+                try:
+                    done = apply_batch_with_spark(env.spark, [t for i in there for t in tasks[i]])
+                    results.update(zip(there, gathered(done, [len(tasks[i]) for i in there]), strict=True))
+                finally:
+                    env.steps.files_written(time.perf_counter() - started, by="spark")
+            return [results[i] for i in range(len(todo))]
         finally:
             if env.staging_uri is not None:
                 for t in (t for ts in tasks for t in ts):

@@ -18,11 +18,28 @@ import dataclasses
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ops_mapping import OP_COLUMN, MappingPolicy
 from ops_mapping.split import split_by_key
+from replicator.pipeline.staging import StagedBatch
 from replicator.storage.fileio import open_output
 from spark.apply_stage import StageResult, StageSpec, StageTask, merge_results
+
+_READ = pa.scalar("r")
+
+
+def appends_only(staged: StagedBatch | None, policy: MappingPolicy, chunks: Sequence[str], keyless: bool) -> bool:
+    """A table's part of a batch is plain snapshot reads of a table with a key (staged, no
+    staged chunks, reads the batch's policy does not upsert): the mapper appends every row
+    and deletes nothing, so its stage is a Parquet write of the staged rows, no dearer in
+    the driver than staging them for a Spark job (issue 27: snapshot chunks to data files
+    without a staged round trip or a job; ``pipeline.apply`` writes such a part there)."""
+    if staged is None or chunks or keyless or policy.upsert_reads or not staged.table.num_rows:
+        return False
+    ops = staged.table.column(OP_COLUMN)
+    return ops.null_count == 0 and bool(pc.all(pc.equal(ops, _READ)).as_py())
 
 
 def write_staged(table: pa.Table, path: str, io_properties: dict[str, str]) -> None:

@@ -37,3 +37,20 @@ def test_a_reader_process_takes_them_as_settings_for_its_child(tmp_path: Path) -
     )
     _quiet(proc, 11)
     assert proc.settings == {"progress": False, "poll_max_messages": 11}
+
+
+def test_the_wrapped_source_gets_what_the_pipeline_asks_a_source(tmp_path: Path) -> None:
+    """The benchmark's ``ControlledSource`` forwards what the pipeline's reader and run loop
+    ask a source besides its calls: without ``snapshot_blocks`` a snapshot reached the
+    pipeline one event per row, not the engine's path (benchmark figures understated it)."""
+    from benchmarks.harness import ControlledSource, Timings
+    from replicator.pipeline.reader import SourceReader
+
+    pg = PostgresSource("postgresql://u@127.0.0.1:1/db", dead_letters=DeadLetterSink(tmp_path / "d.jsonl"))
+    ctl = ControlledSource(Timings())
+    ctl.attach(pg)
+    assert pg.snapshot_blocks is False
+    SourceReader(ctl, max_events=1000)
+    assert pg.snapshot_blocks is True and ctl.snapshot_blocks is True
+    assert ctl.snapshot_in_progress is pg.snapshot_in_progress
+    assert ctl.incremental_active is pg.incremental_active

@@ -5,7 +5,9 @@ Small chunks (150 rows) and batches (500 events), changes running during both ru
 engine dies (like SIGKILL) after its 2nd snapshot batch, then runs to the end. Spark,
 DuckDB and ``replicator diff`` must equal the source, no data file listed twice, and the
 snapshot's commits carry equality deletes only for rows up to the frontier (plus one batch
-straddling it), not for every re-read row."""
+straddling it), not for every re-read row. On the Spark engine with ``spark.driver_max_rows``
+below the batch size, the plain-insert batches are written in the driver
+(``stage_tasks.appends_only``) and the upserting ones by a Spark job: the same rules hold."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from replicator.cli.main import main
 from replicator.events.model import SourcePosition
@@ -32,8 +35,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 ROWS = 12_000
 CHUNK = 150
 BATCH = 500
-# The engine as ``run --until-idle --engine local``, with small snapshot chunks (not a
-# config key: the source's constructor argument).
+# The engine as ``run --until-idle --engine local`` (or spark), with small snapshot chunks
+# (not a config key: the source's constructor argument).
 SCRIPT = """
 import sys
 from pathlib import Path
@@ -45,31 +48,36 @@ cfg = load_config(Path(sys.argv[1]))
 src = PostgresSource(cfg.source.dsn, dead_letters=DeadLetterSink(cfg.dead_letter_path),
                      state_dir=cfg.state_dir, snapshot_chunk_rows=int(sys.argv[2]),
                      snapshot_connections=int(sys.argv[3]))
-Replicator(cfg, engine="local", source=src).run(until_idle=True)
+Replicator(cfg, engine=sys.argv[4], source=src).run(until_idle=True)
 """
 
 
-def _engine(cfg: Path, conns: int, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def _engine(
+    cfg: Path, conns: int, crash_at: str | None = None, engine: str = "local"
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     if crash_at:
         env[ENV] = crash_at
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK), str(conns)], cwd=cfg.parent,
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK), str(conns), engine], cwd=cfg.parent,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
-@pytest.mark.parametrize("conns", [pytest.param(1, marks=pytest.mark.slow), 2])  # source.snapshot_connections: 2 is the default; 1 in make test-long
+# source.snapshot_connections: 2 is the default; 1 in make test-long
+@pytest.mark.parametrize(("conns", "engine"), [pytest.param(1, "local", marks=pytest.mark.slow), (2, "local"), (2, "spark")])
 def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
-    tmp_path: Path, pg_db: str, spark: Any, conns: int
+    tmp_path: Path, pg_db: str, spark: Any, conns: int, engine: str
 ) -> None:
     seed(pg_db, ROWS)
     cfg = write_config(tmp_path, pg_db, max_events=BATCH)
+    if engine == "spark":  # batches above it: plain inserts in the driver, upserts on Spark
+        cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "spark": {"driver_max_rows": 100}}))
     stop = threading.Event()
     writer = threading.Thread(target=run_changes, args=(pg_db, 30_000),
                               kwargs={"seed_rows": ROWS, "stop": stop, "pause": 0.2}, daemon=True)  # fmt: skip
     writer.start()
     try:
-        first = _engine(cfg, conns, "snapshot-batch:2")
+        first = _engine(cfg, conns, "snapshot-batch:2", engine)
         assert first.returncode == EXIT_CODE, first.stderr[-3000:]
         state = json.loads((tmp_path / "state" / "postgres-replicator.snapshot.json").read_text())
         # the acknowledged resume point (the pipeline acknowledges after its commits, so it
@@ -78,12 +86,12 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
         assert state["tables"][0] == "public.big"
         frontier = int(state["read_frontier"]["public.big"][0])
         assert acked < frontier < ROWS, state  # handed out past the acknowledgement, not all
-        second = _engine(cfg, conns)
+        second = _engine(cfg, conns, engine=engine)
         assert second.returncode == 0, second.stderr[-3000:]
     finally:
         stop.set()
         writer.join()
-    third = _engine(cfg, conns)  # the changes made after the second run's start
+    third = _engine(cfg, conns, engine=engine)  # the changes made after the second run's start
     assert third.returncode == 0, third.stderr[-3000:]
     assert_tables_equal(cfg, pg_db)
     meta = iceberg_metadata(load(cfg), "public.big")

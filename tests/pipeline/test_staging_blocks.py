@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from replicator.events.block import BlockRow, RowBlock
+from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_events
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition
+from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
 from replicator.pipeline.staging import stage_events
 
 
@@ -58,3 +58,23 @@ def test_a_cast_the_values_would_refuse_goes_value_by_value(tmp_path: Path) -> N
     staged = stage_events(events, [("id", "long"), ("d", "string")], ["id"], sink)
     assert staged.table.column("id").to_pylist() == [2]  # id 1 holds a decimal: no text
     assert staged.dead_lettered == 1 and sink.total == 1
+
+
+def test_consecutive_block_events_are_staged_without_copying_their_rows() -> None:
+    """Snapshot chunks handed on one after another (a checkpoint inside the first): the staged
+    columns are the blocks' own buffers, sliced (issue 27 item 4: a batch's rows are not held
+    twice until its commit), and equal the value-by-value build."""
+    a, b = _block([1, 2, 3], ["a", "b", "c"]), _block([4, 5], ["d", None])
+    schema = TableSchema(table="public.t", columns=(ColumnSpec(name="id", type="long"), ColumnSpec(name="v", type="string")),
+                         key_columns=("id",))
+    events: list[ChangeEvent] = [
+        BlockEvent("public.t", schema, a, 1, 3, "postgres", (1,), 1),
+        BlockEvent("public.t", schema, b, 0, 2, "postgres", (1,), 3),
+    ]
+    columns = [("id", "long"), ("v", "string")]
+    sink = DeadLetterSink(None)
+    fast = stage_events(events, columns, ["id"], sink)
+    slow = stage_events(_as_dicts(row_events(events)), columns, ["id"], sink)
+    assert fast.table.equals(slow.table) and fast.table.column("v").to_pylist() == ["b", "c", "d", None]
+    staged = {c.buffers()[2].address for c in fast.table.column("v").chunks}
+    assert staged == {blk.table.column("v").chunks[0].buffers()[2].address for blk in (a, b)}
