@@ -38,6 +38,7 @@ from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenF
 from replicator.storage.fileio import open_input
 from replicator.storage.partitioning import PartitionKey, decode_partition, encode_partition
 from spark.appends import append_rows, plain_appends
+from spark.warm import note_python_job
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -301,6 +302,7 @@ def apply_batch_with_spark(spark: Any, tasks: Sequence[StageTask]) -> list[Stage
     groups = group_tasks(tasks, int(sc.defaultParallelism), one_task_max_rows=small)
     rdd = sc.parallelize(groups, numSlices=len(groups))
     done = dict(rdd.mapPartitions(_run_partition).collect())
+    note_python_job()
     return [_collect(done[i]) for i in range(len(tasks))]
 
 

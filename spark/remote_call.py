@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from spark.warm import note_python_job
+
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -16,4 +18,5 @@ def run_on_executor(spark: Any, fn: Callable[[A], R], arg: A) -> R:
     """``fn(arg)`` in one Spark task (``fn`` importable on the executors, both picklable)."""
     sc = spark.sparkContext
     out: list[R] = sc.parallelize([arg], 1).map(fn).collect()
+    note_python_job()
     return out[0]

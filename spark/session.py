@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replicator.jars.runtime_jars import runtime_jars
+from spark.warm import WorkerKeeper, touch_workers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +54,7 @@ _lock = threading.Lock()
 _session: SparkSession | None = None
 _gateway: Any = None  # the Py4J gateway of our JVM (launched once per process)
 _tmp_dir: Path | None = None
+_keeper: WorkerKeeper | None = None  # keeps the session's Python workers alive (spark.warm)
 DEFAULT_MASTER = "local[2]"
 _master = DEFAULT_MASTER
 _extra_conf: dict[str, str] = {}
@@ -153,7 +155,7 @@ def spark_conf(app_name: str, tmp_dir: Path) -> dict[str, str]:
 
 def get_spark(app_name: str = "replicator") -> SparkSession:
     """Process-wide Spark session with the Iceberg runtime (created on first call)."""
-    global _session, _tmp_dir
+    global _session, _tmp_dir, _keeper
     with _lock:
         if _session is not None and _is_alive(_session):
             return _session
@@ -170,6 +172,8 @@ def get_spark(app_name: str = "replicator") -> SparkSession:
         if not is_local(_master):
             session.sparkContext.addPyFile(str(_package_zip(_tmp_dir)))
         _session = session
+        _keeper = WorkerKeeper(lambda: touch_workers(session))
+        _keeper.start()
         return session
 
 
@@ -207,8 +211,11 @@ def configure_iceberg_catalog(spark: SparkSession, name: str, properties: dict[s
 
 def stop_spark() -> None:
     """Stop the shared session (the next :func:`get_spark` starts a new one)."""
-    global _session
+    global _session, _keeper
     with _lock:
+        if _keeper is not None:
+            _keeper.stop()
+            _keeper = None
         if _session is not None:
             _session.stop()
             _session = None
