@@ -147,7 +147,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         progress: bool | None = None,
         row_decoder: str = "fast",
         keyless_tables: Sequence[str] = (),
-        change_blocks: int = 0,
+        change_blocks: int = 1,
         poll_wait_s: float = 0.5,
     ) -> None:
         super().__init__(dead_letters)
