@@ -81,6 +81,11 @@ class MyIncremental(IncrementalCopier[tuple[Any, ...]]):
         }
 
     @property
+    def holding(self) -> bool:
+        """A chunk is read and waits for the stream to reach its point (``at_boundary``)."""
+        return self._held is not None
+
+    @property
     def busy(self) -> bool:
         return self._held is not None or self._next_table() is not None
 

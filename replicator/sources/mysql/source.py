@@ -423,6 +423,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             )
             if self._incr is not None:
                 self._stream.at_boundary = self._incr.at_boundary
+                self._stream.boundary_wanted = lambda: self._incr is not None and self._incr.holding
         incr = self._incr
         deadline, pause = time.monotonic() + self.poll_wait_s, HEAD_CHECK_SECONDS
         while True:  # with chunks left, never an empty poll (it would read as idle)

@@ -129,8 +129,11 @@ class BinlogStream:
         self._tx: _Tx | None = None
         self._pending: tuple[Any, ...] | None = None
         # Called between transactions with the stream's position: events to hand out there
-        # (an incremental snapshot's chunk, ``incremental.py``).
+        # (an incremental snapshot's chunk, ``incremental.py``), while ``boundary_wanted()``
+        # (the poll's group is handed out event by event then: the chunk goes out at the
+        # first boundary at or past its point).
         self.at_boundary: Callable[[tuple[str, int]], Iterator[ChangeEvent]] | None = None
+        self.boundary_wanted: Callable[[], bool] = lambda: True
 
     @property
     def converters(self) -> list[RowConverter]:
@@ -204,7 +207,7 @@ class BinlogStream:
                     reader = self._open_reader()
                     continue
                 yield from self._handle(ev)
-                if self._group and (self._group.full or self.at_boundary is not None):
+                if self._group and (self._group.full or (self.at_boundary is not None and self.boundary_wanted())):
                     yield from self._flush()
                 yield from self._boundary()
             yield from self._flush()

@@ -186,3 +186,19 @@ def test_a_full_group_goes_out_before_the_poll_ends(
     assert [e.rows for e in got if type(e) is BlockEvent] == [3, 3, 3, 3]
     assert len({id(e.block) for e in got if type(e) is BlockEvent}) == 2  # two groups of 6 rows
     assert [e.after["id"] for e in row_events(got)] == list(range(12))  # type: ignore[index]
+
+
+def test_a_state_dir_keeps_the_group(
+    db: TestDb, make_source: Callable[..., MySQLSource], tmp_path: Any
+) -> None:
+    """With a state directory the stream has an incremental copier; while it holds no
+    chunk, a poll's rows events still share one block per table (not one block each)."""
+    db.sql("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))")
+    src = make_source(db, tables=[f"{db.name}.a"], state_dir=tmp_path / "state")
+    src.start(Checkpoints())
+    assert drain(src) == []
+    for i in range(5):
+        db.sql(f"INSERT INTO a VALUES ({2 * i}, 'x'), ({2 * i + 1}, 'y')")
+    got = drain(src, blocks=True)
+    assert [e.rows for e in got if type(e) is BlockEvent] == [2] * 5
+    assert len({id(e.block) for e in got if type(e) is BlockEvent}) == 1
