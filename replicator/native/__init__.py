@@ -4,6 +4,8 @@ builders: bytes in, column buffers out, no I/O; they release the GIL on large in
 
 * ``binlog_rows``: binlog rows events' row images -> Arrow column buffers (the MySQL source,
   ``sources/mysql/rowarrow.py``).
+* ``text_rows``: a text-protocol result set's row packets framed and split into columns (the
+  MySQL snapshot, ``sources/mysql/rawchunk.py``).
 
 A checkout that was not built (no C compiler at install time, a copied tree) has none of
 them: ``missing(name)`` says why, and the callers take their pure-Python paths, saying so
@@ -18,7 +20,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-MODULES = ("binlog_rows",)
+MODULES = ("binlog_rows", "text_rows")
 _loaded: dict[str, ModuleType | None] = {}
 _why: dict[str, str] = {}
 _noted: set[str] = set()
