@@ -68,6 +68,7 @@ class _PacketResult(MySQLResult):  # type: ignore[misc]
             self.rows: tuple[bytes, ...] = ()
             self.affected_rows = self.native.rows
         else:
+            native.note_missing(TEXT_ROWS, "snapshot chunks are framed and split")
             self.rows = tuple(_read_rows(self))
             self.affected_rows = len(self.rows)
         self.connection = None  # as pymysql: no cyclic reference

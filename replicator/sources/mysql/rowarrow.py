@@ -43,6 +43,26 @@ def available() -> bool:
     return native.load(MODULE) is not None
 
 
+def describe_decoders(row_decoder: str, change_blocks: int) -> str:
+    """Which decoders read a MySQL source's binlog rows and snapshot chunks here (for the
+    log and ``replicator status``)."""
+    from replicator.sources.mysql.rawchunk import TEXT_ROWS
+
+    if row_decoder == "library":
+        rows = "mysql-replication (row_decoder: library)"
+    elif not change_blocks:
+        rows = "Python, row by row (rowimage.py; change_blocks: 0)"
+    elif available():
+        rows = f"compiled, into blocks (replicator.native.{MODULE})"
+    else:
+        rows = f"Python, row by row (rowimage.py; replicator.native.{MODULE} not built: {native.missing(MODULE)})"
+    if native.load(TEXT_ROWS) is not None:
+        snap = f"compiled (replicator.native.{TEXT_ROWS})"
+    else:
+        snap = f"Python (numpy; replicator.native.{TEXT_ROWS} not built: {native.missing(TEXT_ROWS)})"
+    return f"binlog rows: {rows}; snapshot chunks: {snap}"
+
+
 class Unsupported(Exception):  # noqa: N818 - a signal
     """A column the compiled decoder does not take: its table goes the ``rowimage.py`` way."""
 

@@ -101,6 +101,7 @@ from replicator.sources.mysql.position import (
     BinlogPosition,
 )
 from replicator.sources.mysql.retained import binlog_head, binlog_position
+from replicator.sources.mysql.rowarrow import describe_decoders
 from replicator.sources.mysql.schema_history import SchemaHistory
 from replicator.sources.mysql.snapshot import (
     Chunk,
@@ -202,6 +203,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         self.server = setup.check_server(conn, source_server_id=self.server_id)
         setup.check_privileges(conn)
         self.source_id = setup.source_identity(conn, self.server.is_mariadb)
+        log.info("decoders: %s", describe_decoders("fast" if self.fast_rows else "library", self.change_blocks))
         state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
         if state is not None and self.snapshot_path is not None:
             check_state(self.snapshot_path, state.source_id, self.source_id)

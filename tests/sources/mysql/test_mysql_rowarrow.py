@@ -430,3 +430,26 @@ def test_unsupported_charsets_and_types_get_no_builder() -> None:
         schema = TableSchema(table="db.t", columns=(map_column(def_from_binlog(key), key=True).spec, spec),
                              key_columns=("id",))  # fmt: skip
         assert RowArrow.build([key, col], [def_from_binlog(key), d], schema, [0]) is None
+
+
+def test_the_decoders_in_use_are_described(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the log and ``replicator status`` say: compiled, or Python and why."""
+    from types import SimpleNamespace
+
+    from replicator import native
+    from replicator.cli.source_status import format_decoders
+    from replicator.sources.mysql.rowarrow import describe_decoders
+
+    assert describe_decoders("fast", 1).startswith("binlog rows: compiled, into blocks")
+    assert "snapshot chunks: compiled" in describe_decoders("fast", 1)
+    assert "change_blocks: 0" in describe_decoders("fast", 0)
+    assert "row_decoder: library" in describe_decoders("library", 1)
+    monkeypatch.setitem(native._loaded, "binlog_rows", None)
+    monkeypatch.setitem(native._loaded, "text_rows", None)
+    monkeypatch.setitem(native._why, "binlog_rows", "No module named x")
+    said = describe_decoders("fast", 1)
+    assert "Python, row by row" in said and "not built: No module named x" in said
+    assert "snapshot chunks: Python (numpy" in said
+    cfg = SimpleNamespace(source=SimpleNamespace(type="mysql", row_decoder="fast", change_blocks=1))
+    assert format_decoders(cfg).startswith("source decoders: binlog rows: Python")  # type: ignore[arg-type, union-attr]
+    assert format_decoders(SimpleNamespace(source=SimpleNamespace(type="postgres"))) is None  # type: ignore[arg-type]
