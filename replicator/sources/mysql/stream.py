@@ -42,6 +42,19 @@ from replicator.events.deadletter import DeadLetterSink
 from replicator.events.model import ChangeEvent, Op, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
+from replicator.sources.mysql.binlog_reader import (
+    GTID,
+    MARIADB_GTID,
+    QUERY,
+    ROTATE,
+    ROWS,
+    TABLE_MAP,
+    UPDATES,
+    WRITES,
+    XID,
+    Event,
+    FastReader,
+)
 from replicator.sources.mysql.ddl import apply_ddl
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.framing import (
@@ -66,8 +79,8 @@ log = logging.getLogger(__name__)
 compat.install()
 
 ROW_SHIFT = 32
-_ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, TableMapEvent, *_ROWS_EVENTS]
+_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, TableMapEvent,
+           WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]  # fmt: skip
 
 
 @dataclass
@@ -122,7 +135,7 @@ class BinlogStream:
         self.native_events = 0  # rows events decoded by the compiled decoder into blocks
         self.fallback_events = 0  # rows events with a decoder that went the library way
         self._file = resume[0]
-        self._reader: BinLogStreamReader | None = None
+        self._reader: FastReader | None = None
         self._maps = TableMaps(tables, history, keyless, zero_dates, fast_rows=fast_rows, blocks=self.blocks)  # fmt: skip
         self._rels: dict[int, Rel] = {}
         self._group = RowGroup()
@@ -144,9 +157,9 @@ class BinlogStream:
         """Which decoder reads the rows: compiled (into blocks), fast (rowimage.py), library."""
         return "compiled" if self.blocks else "fast" if self.fast_rows else "library"
 
-    def _open_reader(self) -> BinLogStreamReader:
+    def _open_reader(self) -> FastReader:
         file, pos = self.resume
-        self._reader = BinLogStreamReader(
+        lib = BinLogStreamReader(
             connection_settings=self.params.replication_settings(),
             server_id=self.server_id,
             resume_stream=True,
@@ -158,6 +171,7 @@ class BinlogStream:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
+        self._reader = FastReader(lib)
         self._file = file
         self._rels.clear()
         self._tx = None
@@ -257,23 +271,23 @@ class BinlogStream:
             yield ev
 
     def _handle(self, ev: Any) -> Iterator[ChangeEvent]:
-        t = type(ev)
+        t = ev.event_type
         pkt = ev.packet
-        if t is TableMapEvent:
+        if t == TABLE_MAP:
             self._table_map(ev)
-        elif t in _ROWS_EVENTS:
+        elif t in ROWS:
             yield from self._rows(ev)
-        elif t is XidEvent:
+        elif t == XID:
             yield from self._end_tx(pkt.log_pos)
-        elif t is MariadbGtidEvent or t is GtidEvent:
+        elif t in (MARIADB_GTID, GTID):
             if self._tx is not None:  # an unterminated group (should not happen): close it
                 yield from self._end_tx(None)
             self._tx = _Tx(
                 self._file, event_offset(ev), str(ev.gtid), explicit=opens_explicit_group(ev)
             )
-        elif t is QueryEvent:
+        elif t == QUERY:
             yield from self._query(ev)
-        elif t is RotateEvent:
+        elif t == ROTATE:
             self._file = ev.next_binlog
             if self._tx is None:
                 self._set_resume((self._file, int(ev.position)))
@@ -281,7 +295,7 @@ class BinlogStream:
         if self._tx is None and pkt.log_pos:
             self._set_resume((self._file, pkt.log_pos))
 
-    def _query(self, ev: QueryEvent) -> Iterator[ChangeEvent]:
+    def _query(self, ev: Any) -> Iterator[ChangeEvent]:
         pkt = ev.packet
         if is_begin(ev.query):
             if self._tx is None:  # no GTID event: the transaction starts here
@@ -322,7 +336,7 @@ class BinlogStream:
             yield self._emit(prev, True)
 
     # -- schema -------------------------------------------------------------------------------
-    def _table_map(self, ev: TableMapEvent) -> None:
+    def _table_map(self, ev: Any) -> None:
         self._rels[ev.table_id] = self._maps.rel(ev, f"{self._file}:{ev.packet.log_pos}")
 
     def _truncate(self, table: str, at: Parts, ts_ms: int) -> Iterator[ChangeEvent]:
@@ -337,7 +351,7 @@ class BinlogStream:
         tx_id = self._tx.tx_id if self._tx is not None else f"{at[0]}:{at[1]}"
         yield from self._hold([(table, Op.TRUNCATE, None, None, at, schema, ts_ms, tx_id)])
 
-    def _ddl(self, ev: QueryEvent, at: Parts) -> list[str]:
+    def _ddl(self, ev: Any, at: Parts) -> list[str]:
         """Applies schema changes to the history; returns the tables it truncates."""
         db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else ev.schema
         return apply_ddl(ev.query, db or None, at, self.tables, self.history, self.stats)
@@ -368,6 +382,8 @@ class BinlogStream:
             if fast is not None:
                 yield from self._decoded(ev, fast, rel, tx, base, threshold)
                 return
+        if type(ev) is Event and self._reader is not None:  # the library reads its rows
+            ev = self._reader.library(ev)
         if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
             if not rel.keyless:  # missing columns would be written as NULLs
                 raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
@@ -454,15 +470,15 @@ class BinlogStream:
         """The event's rows into the group's block of its table (``rowgroup.py``), or
         False: the compiled decoder refused it (the other paths decide)."""
         assert rel.decoder is not None
-        got = compat.rows_body(ev)
+        got = _rows_body(ev)
         if got is None:
             return False
         body, present, present2 = got
         decoder = rel.decoder
         if not decoder.full(present) or (present2 is not None and not decoder.full(present2)):
             return False
-        t = type(ev)
-        kind = INSERT if t is WriteRowsEvent else UPDATE if t is UpdateRowsEvent else DELETE
+        t = ev.event_type
+        kind = INSERT if t in WRITES else UPDATE if t in UPDATES else DELETE
         if self._group.take(rel, body, kind, (tx.file, tx.begin, base), ev.timestamp * 1000, tx.tx_id) < 0:
             return False
         self.native_events += 1
@@ -472,7 +488,7 @@ class BinlogStream:
         self, ev: Any, decoder: RowImageDecoder
     ) -> list[tuple[dict[str, Any], ...]] | None:
         """The event's rows by ``rowimage.py``, or None: the library decodes this event."""
-        got = compat.rows_body(ev)
+        got = _rows_body(ev)
         if got is None:
             self.fallback_events += 1
             return None
@@ -500,8 +516,8 @@ class BinlogStream:
         """``_rows`` for rows the fast decoder produced: engine values already, every one
         valid (anything else made the event go the library way)."""
         table, schema, tx_id = rel.table, rel.schema, tx.tx_id
-        t = type(ev)
-        op = Op.CREATE if t is WriteRowsEvent else Op.UPDATE if t is UpdateRowsEvent else Op.DELETE
+        t = ev.event_type
+        op = Op.CREATE if t in WRITES else Op.UPDATE if t in UPDATES else Op.DELETE
         ts_ms = ev.timestamp * 1000
         file, begin = tx.file, tx.begin
         if self._group:  # recorded: the poll's group hands it out in order
@@ -569,3 +585,11 @@ class BinlogStream:
         exc: ValueConversionError,
     ) -> None:
         dead_letter(self.dead_letters, self.stats, table, schema, values, parts, exc)
+
+
+def _rows_body(ev: Any) -> tuple[bytes, bytes, bytes | None] | None:
+    """(row images, columns-present bitmap, the after image's for an update) of a rows
+    event read by ``FastReader``, else of the library's event (``compat.rows_body``)."""
+    if type(ev) is Event:
+        return ev.body, ev.present, ev.present2
+    return compat.rows_body(ev)
