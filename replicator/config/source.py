@@ -252,8 +252,9 @@ class MySQLSourceConfig(_DatabaseSource):
     row_decoder: Literal["fast", "library"] = Field(
         "fast",
         description="'fast' decodes binlog row images of the common column types "
-        "directly (other types and special values go the library way); 'library': "
-        "mysql-replication decodes every row (the reference path, slower)",
+        "directly and reads the common binlog events itself (other types and special values go "
+        "the library way); 'library': mysql-replication reads the binlog and decodes every row "
+        "(the reference path, slower)",
     )
     change_blocks: int = Field(
         1, ge=0, description="binlog rows events are decoded by the compiled decoder "

@@ -135,7 +135,9 @@ class BinlogStream:
         self.native_events = 0  # rows events decoded by the compiled decoder into blocks
         self.fallback_events = 0  # rows events with a decoder that went the library way
         self._file = resume[0]
-        self._reader: FastReader | None = None
+        # The source's own reader of the common events (``binlog_reader``); with
+        # ``row_decoder: library`` the library's own, for everything (the reference path).
+        self._reader: FastReader | BinLogStreamReader | None = None
         self._maps = TableMaps(tables, history, keyless, zero_dates, fast_rows=fast_rows, blocks=self.blocks)  # fmt: skip
         self._rels: dict[int, Rel] = {}
         self._group = RowGroup()
@@ -157,7 +159,7 @@ class BinlogStream:
         """Which decoder reads the rows: compiled (into blocks), fast (rowimage.py), library."""
         return "compiled" if self.blocks else "fast" if self.fast_rows else "library"
 
-    def _open_reader(self) -> FastReader:
+    def _open_reader(self) -> FastReader | BinLogStreamReader:
         file, pos = self.resume
         lib = BinLogStreamReader(
             connection_settings=self.params.replication_settings(),
@@ -171,7 +173,7 @@ class BinlogStream:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
-        self._reader = FastReader(lib)
+        self._reader = FastReader(lib) if self.fast_rows else lib
         self._file = file
         self._rels.clear()
         self._tx = None
@@ -382,7 +384,7 @@ class BinlogStream:
             if fast is not None:
                 yield from self._decoded(ev, fast, rel, tx, base, threshold)
                 return
-        if type(ev) is Event and self._reader is not None:  # the library reads its rows
+        if type(ev) is Event and isinstance(self._reader, FastReader):  # the library reads its rows
             ev = self._reader.library(ev)
         if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
             if not rel.keyless:  # missing columns would be written as NULLs
