@@ -6,11 +6,15 @@ STAMP  := $(VENV)/.installed-stamp
 PG_BIN := /usr/lib/postgresql/15/bin
 comma  := ,
 
-.PHONY: install system-deps jars pg-versions test test-fast test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
+.PHONY: install system-deps compiler jars pg-versions test test-fast test-long lint demo demo-debezium demo-mysql demo-s3 bench bench-soak clean
 
 install: $(STAMP) jars
 
-$(STAMP): pyproject.toml
+# The compiled modules (replicator/native, built by pip through setup.py) are part of the
+# install: a change to one of their sources rebuilds them.
+NATIVE_SRC := setup.py $(wildcard replicator/native/*.pyx replicator/native/*.pxi)
+
+$(STAMP): pyproject.toml $(NATIVE_SRC) | compiler
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip >/dev/null 2>&1 || true
 	$(BIN)/pip install -q -e '.[dev,bench]'
@@ -29,8 +33,14 @@ PG_TEST_VERSIONS_LONG ?= 14,15,16,17,18
 pg-versions: $(STAMP) system-deps
 	$(BIN)/python -m sample_dbs.postgres.versions $(subst $(comma), ,$(PG_VERSIONS))
 
+# A C compiler and the Python headers for replicator/native (installed if missing).
+compiler:
+	@command -v gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq gcc; }
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -c "import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| { apt-get update -qq && apt-get install -y -qq python3-dev; }
+
 # Java for Spark, private Postgres/MariaDB servers for integration tests (installed if missing).
-system-deps:
+system-deps: compiler
 	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 	@test -x $(PG_BIN)/initdb || { apt-get update -qq && apt-get install -y -qq postgresql; }
 	@command -v mariadbd >/dev/null 2>&1 || command -v mysqld >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mariadb-server; }

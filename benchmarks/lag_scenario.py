@@ -15,6 +15,7 @@ from benchmarks.phase_result import phase_dict
 from benchmarks.scenario_context import PUBLICATION, Context, engine_config, with_overrides
 from benchmarks.scenario_result import workload_info
 from replicator.config import MySQLSourceConfig, PostgresSourceConfig, SourceConfig
+from replicator.events.block import row_count
 
 LOW_LATENCY = {"batch": {"linger_seconds": 0.3}}  # the lag scenario's second setting
 
@@ -65,7 +66,8 @@ def lag_scenario(ctx: Context, kind: str, setting: dict[str, Any] | None = None)
         for ev in events:
             a = ev.after
             if a is not None and a.get("txn"):
-                seen.append((int(a["txn"]), commit.wall))
+                # a block event stands for its rows, all of one statement of one transaction
+                seen.extend([(int(a["txn"]), commit.wall)] * row_count(ev))
 
     sess.timings.after_apply = after_apply
     trace = _Trace(sess)

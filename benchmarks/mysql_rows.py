@@ -1,13 +1,16 @@
-"""MariaDB source read rate, own row-image decoder vs mysql-replication, same binlog, same run.
+"""MariaDB source read rate, compiled decoder vs own row-image decoder vs mysql-replication,
+same binlog, same run.
 
     .venv/bin/python -m benchmarks.mysql_rows [--workloads mixed,hot,wide] [--size small]
                                               [--repeats 3]
 
 Set-up (not measured): a private MariaDB; per workload its tables with their initial rows,
-then ``2 x repeats`` sources started (each snapshots the initial rows and goes idle), then
+then ``3 x repeats`` sources started (each snapshots the initial rows and goes idle), then
 the workload's change plan written. Measured: each source draining the plan's changes from
-the binlog (fetch, parse, rows -> engine values, ChangeEvents; no pipeline), the two
-decoders alternating. Prints events/s per decoder (median) and the ratio.
+the binlog (fetch, parse, rows -> engine values, ChangeEvents or block events; no pipeline),
+the decoders alternating: ``library`` (mysql-replication), ``fast`` (rowimage.py, row by row:
+``change_blocks: 0``), ``compiled`` (replicator.native into blocks, the default). Prints
+changes/s per decoder (median) and the ratios to the library.
 """
 
 from __future__ import annotations
@@ -28,17 +31,23 @@ if str(ROOT) not in sys.path:
 from benchmarks import workloads as W  # noqa: E402
 from benchmarks.run import SIZES  # noqa: E402
 from replicator.checkpoint import Checkpoints  # noqa: E402
+from replicator.events.block import row_count  # noqa: E402
 from replicator.events.deadletter import DeadLetterSink  # noqa: E402
 from replicator.sources.mysql import MySQLSource  # noqa: E402
 from sample_dbs.mysql.server import PrivateMariaDB  # noqa: E402
 
-DECODERS = ("library", "fast")
+DECODERS: dict[str, dict[str, Any]] = {
+    "library": {"row_decoder": "library"},
+    "fast": {"row_decoder": "fast", "change_blocks": 0},
+    "compiled": {"row_decoder": "fast", "change_blocks": 1},
+}
 
 
 def _drain(src: MySQLSource) -> int:
+    """Changes read (a block event counts its rows)."""
     n = 0
     while True:
-        got = sum(1 for _ in src.poll())
+        got = sum(row_count(ev) for ev in src.poll())
         if not got:
             return n
         n += got
@@ -51,15 +60,16 @@ def run_workload(mdb: PrivateMariaDB, w: W.Workload, repeats: int, tmp: Path) ->
     applier.create()
     tables = [f"{w.name}.{t.name}" for t in w.tables]
     sources: list[tuple[str, MySQLSource]] = []
+    names = list(DECODERS)
     for i in range(repeats):
-        for j, decoder in enumerate(DECODERS if i % 2 == 0 else DECODERS[::-1]):
+        for j, decoder in enumerate(names if i % 2 == 0 else names[::-1]):
             src = MySQLSource(
                 mdb.dsn_for(dbname=w.name),
                 dead_letters=DeadLetterSink(tmp / f"{w.name}-{i}-{j}.jsonl"),
-                server_id=7000 + 2 * i + j,
+                server_id=7000 + len(names) * i + j,
                 tables=tables,
                 progress=False,
-                row_decoder=decoder,
+                **DECODERS[decoder],
                 poll_wait_s=0.0,  # a drain ends on an empty poll: no wait for more in the rate
             )
             src.start(Checkpoints.at({}))
@@ -81,7 +91,7 @@ def run_workload(mdb: PrivateMariaDB, w: W.Workload, repeats: int, tmp: Path) ->
         "events": w.events,
         "rates": rates,
         "median": med,
-        "ratio": med["fast"] / med["library"],
+        "ratio": {d: med[d] / med["library"] for d in DECODERS},
         "loadavg": os.getloadavg(),
     }
 
@@ -102,10 +112,12 @@ def main(argv: list[str] | None = None) -> None:
                 runs = ", ".join(
                     f"{d} " + "/".join(f"{x:,.0f}" for x in r["rates"][d]) for d in DECODERS
                 )
+                medians = ", ".join(
+                    f"{d} {r['median'][d]:,.0f} ({r['ratio'][d]:.2f}x)" for d in DECODERS
+                )
                 print(
-                    f"{name}: {r['events']:,} changes; median events/s library "
-                    f"{r['median']['library']:,.0f}, fast {r['median']['fast']:,.0f} = "
-                    f"{r['ratio']:.2f}x  ({runs}; load {', '.join(f'{x:.2f}' for x in r['loadavg'])})",
+                    f"{name}: {r['events']:,} changes; median changes/s {medians}  ({runs}; "
+                    f"load {', '.join(f'{x:.2f}' for x in r['loadavg'])})",
                     flush=True,
                 )
 

@@ -18,6 +18,7 @@ RANK = {
     "replicator.errors": 1,
     "replicator.secrets": 1,
     "replicator.text": 1,
+    "replicator.native": 1,
     "replicator.retry": 2,
     "replicator.config": 2,
     "replicator.events": 2,

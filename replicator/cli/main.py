@@ -254,11 +254,12 @@ def _status(cfg, *, rows: bool) -> int:  # type: ignore[no-untyped-def]
     from replicator.cli.source_status import (
         committed_checkpoints,
         format_caught_up,
+        format_decoders,
         format_retained,
     )
 
     checkpoints = committed_checkpoints(catalog, cfg.iceberg.namespace)
-    for line in (format_caught_up(cfg, checkpoints), format_retained(cfg, checkpoints)):
+    for line in (format_caught_up(cfg, checkpoints), format_retained(cfg, checkpoints), format_decoders(cfg)):
         if line:
             print(line)
     if tables:

@@ -77,6 +77,17 @@ def format_caught_up(cfg: RunConfig, checkpoints: Checkpoints) -> str | None:
     return f"source: head {head}; committed up to {committed}: behind by {size} of WAL (changes or not)"
 
 
+def format_decoders(cfg: RunConfig) -> str | None:
+    """One line for ``status``: which decoders this installation reads a MySQL source
+    with (the compiled ones of ``replicator.native``, or why not)."""
+    src = cfg.source
+    if src.type != "mysql":
+        return None
+    from replicator.sources.mysql.rowarrow import describe_decoders
+
+    return f"source decoders: {describe_decoders(src.row_decoder, src.change_blocks)}"
+
+
 def source_retained(cfg: RunConfig, checkpoints: Checkpoints) -> RetainedLog | None:
     src = cfg.source
     if src.type == "postgres" and src.dsn:

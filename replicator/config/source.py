@@ -252,13 +252,16 @@ class MySQLSourceConfig(_DatabaseSource):
     row_decoder: Literal["fast", "library"] = Field(
         "fast",
         description="'fast' decodes binlog row images of the common column types "
-        "directly (other types and special values go the library way); 'library': "
-        "mysql-replication decodes every row (the reference path, slower)",
+        "directly and reads the common binlog events itself (other types and special values go "
+        "the library way); 'library': mysql-replication reads the binlog and decodes every row "
+        "(the reference path, slower)",
     )
     change_blocks: int = Field(
-        0, ge=0, description="experimental: a binlog rows event of at least this many inserts "
-        "(or of updates that keep their key) that the fast row decoder reads is carried as one "
-        "block of rows (values, positions and dead letters as row by row); 0: off",
+        1, ge=0, description="binlog rows events are decoded by the compiled decoder "
+        "(replicator.native, built by make install) into Arrow columns, one block per table "
+        "over a poll, and carried as blocks of rows (values, positions, transaction ends and "
+        "dead letters as row by row; an event it refuses goes row by row); 0: off. Without "
+        "the compiled decoder (not built): off, said once in the log",
     )
 
     @property

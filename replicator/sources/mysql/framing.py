@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.constants import BINLOG
 
 _MARIADB_FL_STANDALONE = 1  # GTID event flag: a single statement without BEGIN/COMMIT
+# Event type codes: the library's event objects and the stream's own (``binlog_reader``)
+# both carry ``event_type``.
+_GTID, _MARIADB_GTID = BINLOG.GTID_LOG_EVENT, BINLOG.MARIADB_GTID_EVENT
+_QUERY, _XID = BINLOG.QUERY_EVENT, BINLOG.XID_EVENT
 
 
 def event_offset(ev: Any) -> int:
@@ -25,7 +29,7 @@ def event_offset(ev: Any) -> int:
 def opens_explicit_group(ev: Any) -> bool:
     """A GTID event whose group ends at XID / COMMIT (MariaDB, not standalone); a MySQL GTID
     event's group becomes explicit at its ``BEGIN``."""
-    return type(ev) is MariadbGtidEvent and not bool(ev.flags & _MARIADB_FL_STANDALONE)
+    return ev.event_type == _MARIADB_GTID and not bool(ev.flags & _MARIADB_FL_STANDALONE)
 
 
 def is_begin(query: str) -> bool:
@@ -46,15 +50,15 @@ class TxStarts:
 
     def see(self, ev: Any) -> int:
         """The start of ``ev``'s transaction (an event outside any: its own offset)."""
-        t = type(ev)
+        t = ev.event_type
         here = event_offset(ev)
-        if t is GtidEvent or t is MariadbGtidEvent:
+        if t in (_GTID, _MARIADB_GTID):
             self.begin, self.explicit = here, opens_explicit_group(ev)
             return here
         start = here if self.begin is None else self.begin
-        if t is XidEvent:
+        if t == _XID:
             self.begin = None
-        elif t is QueryEvent:
+        elif t == _QUERY:
             if is_begin(ev.query):
                 self.begin, self.explicit = start, True
             elif is_commit(ev.query) or not self.explicit:  # COMMIT, or a single statement

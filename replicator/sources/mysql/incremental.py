@@ -81,6 +81,11 @@ class MyIncremental(IncrementalCopier[tuple[Any, ...]]):
         }
 
     @property
+    def holding(self) -> bool:
+        """A chunk is read and waits for the stream to reach its point (``at_boundary``)."""
+        return self._held is not None
+
+    @property
     def busy(self) -> bool:
         return self._held is not None or self._next_table() is not None
 
@@ -98,7 +103,7 @@ class MyIncremental(IncrementalCopier[tuple[Any, ...]]):
         try:
             table = self.snap_table(conn, self.tables[name])
             reader = SnapshotReader(conn, [table], self.chunk_rows, last_key=self._reading.get(name),
-                                    blocks=False)  # rows held, handed out row by row  # fmt: skip
+                                    blocks=False, read_ahead=False)  # one chunk, rows held, handed out row by row  # fmt: skip
             chunks = reader.chunks()
             chunk = next(chunks, None)
             close = getattr(chunks, "close", None)  # a generator: end it before the COMMIT

@@ -6,8 +6,9 @@ snapshot without any lock. MySQL: ``FLUSH TABLES WITH READ LOCK`` (briefly, need
 ``SHOW MASTER STATUS``, ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, ``UNLOCK TABLES``.
 Rows are read inside that one REPEATABLE READ transaction, table by table in primary-key
 order, ``chunk_rows`` at a time (keyset pagination: ``WHERE pk > last ORDER BY pk LIMIT n``),
-with a tqdm progress bar. Streaming then starts at the snapshot point P: every row is in
-exactly one of snapshot and stream.
+with a tqdm progress bar, the next chunk's query running while a chunk is converted
+(``read_ahead``: on the snapshot's own connection, in a helper thread). Streaming then
+starts at the snapshot point P: every row is in exactly one of snapshot and stream.
 
 Positions. Snapshot rows get ``(P.file, P.pos, SNAPSHOT_BASE + seq)`` with ``SNAPSHOT_BASE =
 -2**62`` and ``seq`` counting up from 0 across all tables. A streamed row has ``(file,
@@ -29,11 +30,12 @@ state directory, an interrupted snapshot re-reads the affected tables from their
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 
 import pymysql
 from pymysql.cursors import Cursor
@@ -239,6 +241,16 @@ def open_consistent_snapshot(conn: pymysql.Connection[Cursor], is_mariadb: bool)
     return point
 
 
+Fetched: TypeAlias = RawChunk | list[tuple[Any, ...]]  # a chunk off the wire (``_fetch``)
+
+
+def _done(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """``fn(*args)`` now, as a finished future (no read ahead)."""
+    f: Future[Any] = Future()
+    f.set_result(fn(*args))
+    return f
+
+
 @dataclass
 class Chunk:
     table: SnapTable
@@ -263,6 +275,9 @@ class SnapshotReader:
     next_seq: int = 0
     boundaries: BoundaryLog = field(default_factory=BoundaryLog)
     blocks: bool = True  # convert each chunk column-wise into a ``RowBlock`` when it can
+    # Query the next chunk (in a helper thread, on ``conn``) while this one is converted and
+    # handed on; off for a reader that takes one chunk and stops (incremental snapshots).
+    read_ahead: bool = True
 
     def estimated_rows(self) -> int:
         total = 0
@@ -296,56 +311,70 @@ class SnapshotReader:
                 yield Chunk(t, rows, first, b)
 
     def chunks(self) -> Iterator[Chunk]:
-        while self.table_index < len(self.tables):
-            t = self.tables[self.table_index]
-            base, pk, key_idx = self._sql(t)
-            if not pk:
-                yield from self._keyless_chunks(t, base)
-            order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
-            while pk:
-                sql, params = base, list[Any]()
-                if self.last_key is not None:
-                    # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
-                    ors = []
-                    for i in range(len(pk)):
-                        terms = [f"{quote_ident(pk[j])} = %s" for j in range(i)]
-                        terms.append(f"{quote_ident(pk[i])} > %s")
-                        ors.append("(" + " AND ".join(terms) + ")")
-                        params.extend(self.last_key[: i + 1])
-                    sql += " WHERE " + " OR ".join(ors)
-                rows, last, block = self._read(t, f"{sql}{order} LIMIT {int(self.chunk_rows)}", params)
-                if last is None:
-                    break
-                first = self.next_seq
-                n = block.num_rows if block is not None else len(rows)
-                self.next_seq += n
-                self.last_key = tuple(last[i] for i in key_idx)
-                b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
-                self.boundaries.append(b)
-                yield Chunk(t, rows, first, b, block)
-                if n < self.chunk_rows:
-                    break
-            self.table_index += 1
-            self.last_key = None
-            self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
+        with ThreadPoolExecutor(1, thread_name_prefix="snapshot-read") as pool:
+            run: Callable[..., Future[Fetched]] = pool.submit if self.read_ahead else _done
+            while self.table_index < len(self.tables):
+                t = self.tables[self.table_index]
+                base, pk, key_idx = self._sql(t)
+                if not pk:
+                    yield from self._keyless_chunks(t, base)
+                pending = run(self._fetch, *self._keyset(base, pk)) if pk else None
+                while pending is not None:
+                    fetched = pending.result()
+                    last = self._last(fetched)
+                    if last is None:
+                        break
+                    n = len(fetched)
+                    self.last_key = tuple(last[i] for i in key_idx)
+                    pending = run(self._fetch, *self._keyset(base, pk)) if n >= self.chunk_rows else None
+                    rows, block = self._convert(t, fetched)
+                    first = self.next_seq
+                    self.next_seq += n
+                    b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+                    self.boundaries.append(b)
+                    yield Chunk(t, rows, first, b, block)
+                self.table_index += 1
+                self.last_key = None
+                self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
 
-    def _read(
-        self, t: SnapTable, sql: str, params: list[Any]
-    ) -> tuple[list[tuple[Any, ...]], tuple[Any, ...] | None, RowBlock | None]:
-        """A chunk: (its rows as pymysql tuples, unless the block holds them; its last row as
-        pymysql decodes it, None when empty; its block)."""
+    def _keyset(self, base: str, pk: Sequence[str]) -> tuple[str, list[Any]]:
+        """The query of the chunk after ``last_key`` (keyset pagination), and its params."""
+        sql, params = base, list[Any]()
+        if self.last_key is not None:
+            # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
+            ors = []
+            for i in range(len(pk)):
+                terms = [f"{quote_ident(pk[j])} = %s" for j in range(i)]
+                terms.append(f"{quote_ident(pk[i])} > %s")
+                ors.append("(" + " AND ".join(terms) + ")")
+                params.extend(self.last_key[: i + 1])
+            sql += " WHERE " + " OR ".join(ors)
+        order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
+        return f"{sql}{order} LIMIT {int(self.chunk_rows)}", params
+
+    def _fetch(self, sql: str, params: list[Any]) -> Fetched:
+        """A chunk's rows off the wire: undecoded packets (``RawChunk``), or pymysql's rows."""
         if not self.blocks:
-            rows = query(self.conn, sql, params)
-            return rows, rows[-1] if rows else None, None
-        raw = RawChunk(self.conn, sql, params)
-        if not len(raw):
-            return [], None, None
+            return query(self.conn, sql, params)
+        return RawChunk(self.conn, sql, params)
+
+    @staticmethod
+    def _last(fetched: Fetched) -> tuple[Any, ...] | None:
+        """The chunk's last row as pymysql decodes it (None: empty)."""
+        if not len(fetched):
+            return None
+        return fetched.row(len(fetched) - 1) if isinstance(fetched, RawChunk) else fetched[-1]
+
+    def _convert(self, t: SnapTable, fetched: Fetched) -> tuple[list[tuple[Any, ...]], RowBlock | None]:
+        """A chunk: (its rows as pymysql tuples, unless the block holds them; its block)."""
+        if not isinstance(fetched, RawChunk):
+            return fetched, None
         engines = [m.spec.type for m in t.mappings]
-        block = raw.block(t.rows.names, engines, t.rows.snapshot)
+        block = fetched.block(t.rows.names, engines, t.rows.snapshot)
         if block is not None:
-            return [], raw.row(len(raw) - 1), block
-        rows = raw.rows()  # column-wise from pymysql's values, else row by row
-        return rows, rows[-1], chunk_block(t.rows.names, engines, t.rows.snapshot, rows)
+            return [], block
+        rows = fetched.rows()  # column-wise from pymysql's values, else row by row
+        return rows, chunk_block(t.rows.names, engines, t.rows.snapshot, rows)
 
     def finish(self) -> None:
         try:

@@ -101,6 +101,7 @@ from replicator.sources.mysql.position import (
     BinlogPosition,
 )
 from replicator.sources.mysql.retained import binlog_head, binlog_position
+from replicator.sources.mysql.rowarrow import describe_decoders
 from replicator.sources.mysql.schema_history import SchemaHistory
 from replicator.sources.mysql.snapshot import (
     Chunk,
@@ -147,7 +148,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         progress: bool | None = None,
         row_decoder: str = "fast",
         keyless_tables: Sequence[str] = (),
-        change_blocks: int = 0,
+        change_blocks: int = 1,
         poll_wait_s: float = 0.5,
     ) -> None:
         super().__init__(dead_letters)
@@ -202,6 +203,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         self.server = setup.check_server(conn, source_server_id=self.server_id)
         setup.check_privileges(conn)
         self.source_id = setup.source_identity(conn, self.server.is_mariadb)
+        log.info("decoders: %s", describe_decoders("fast" if self.fast_rows else "library", self.change_blocks))
         state = SnapshotState.load(self.snapshot_path) if self.snapshot_path else None
         if state is not None and self.snapshot_path is not None:
             check_state(self.snapshot_path, state.source_id, self.source_id)
@@ -423,6 +425,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             )
             if self._incr is not None:
                 self._stream.at_boundary = self._incr.at_boundary
+                self._stream.boundary_wanted = lambda: self._incr is not None and self._incr.holding
         incr = self._incr
         deadline, pause = time.monotonic() + self.poll_wait_s, HEAD_CHECK_SECONDS
         while True:  # with chunks left, never an empty poll (it would read as idle)

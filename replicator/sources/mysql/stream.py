@@ -7,7 +7,8 @@ a transaction (or a point between transactions), and keeps ``resume`` there as i
 a transaction can carry ``last_in_tx=True``. A consumer that stops in the middle of a rows
 event makes the stream reconnect at the transaction start; rows at or below ``last_out`` (the
 last position handed out) or their table's committed position are skipped, so nothing is lost
-or repeated.
+or repeated. With the compiled decoder, rows events are decoded into one block per table
+version over a poll and handed out in order when the group is flushed (``rowgroup.py``).
 """
 
 from __future__ import annotations
@@ -34,13 +35,27 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from replicator.errors import SchemaChangeError, TerminalError
-from replicator.events.block import BlockEvent, RowBlock
+from replicator import native
+from replicator.errors import TerminalError
+from replicator.events.block import BlockEvent
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, Op, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, Op, TableSchema
 from replicator.sources.common.events import BadKey
 from replicator.sources.mysql import compat, setup
-from replicator.sources.mysql.changeblock import key_kept, rows_block
+from replicator.sources.mysql.binlog_reader import (
+    GTID,
+    MARIADB_GTID,
+    QUERY,
+    ROTATE,
+    ROWS,
+    TABLE_MAP,
+    UPDATES,
+    WRITES,
+    XID,
+    Event,
+    FastReader,
+)
+from replicator.sources.mysql.ddl import apply_ddl
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.framing import (
     event_offset,
@@ -51,38 +66,21 @@ from replicator.sources.mysql.framing import (
 from replicator.sources.mysql.keyless import full_images, not_full_error, not_full_items
 from replicator.sources.mysql.position import MYSQL
 from replicator.sources.mysql.retained import binlog_position
-from replicator.sources.mysql.rowimage import (
-    Fallback,
-    RowImageDecoder,
-    column_signature,
-    compile_table,
-)
-from replicator.sources.mysql.schema_history import SchemaHistory, parse_ddl
-from replicator.sources.mysql.types import (
-    RowConverter,
-    ValueConversionError,
-    def_from_binlog,
-    map_column,
-)
+from replicator.sources.mysql.rowarrow import DELETE, INSERT, UPDATE
+from replicator.sources.mysql.rowarrow import MODULE as ROWS_MODULE
+from replicator.sources.mysql.rowgroup import BlockSlice, RowGroup, rows_item
+from replicator.sources.mysql.rowimage import Fallback, RowImageDecoder
+from replicator.sources.mysql.schema_history import SchemaHistory
+from replicator.sources.mysql.tablemaps import Rel, TableMaps
+from replicator.sources.mysql.types import RowConverter, ValueConversionError
 from replicator.sources.observe import PollSpent, SourceObserver
 
 log = logging.getLogger(__name__)
 compat.install()
 
 ROW_SHIFT = 32
-_ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, TableMapEvent, *_ROWS_EVENTS]
-
-
-@dataclass
-class _Rel:
-    table: str
-    selected: bool
-    schema: TableSchema | None = None
-    rows: RowConverter | None = None
-    key: tuple[str, ...] = ()
-    decoder: RowImageDecoder | None = None  # the fast path, None: every row by the library
-    keyless: bool = False  # in source.keyless_tables: every image must be FULL
+_EVENTS = [MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent, TableMapEvent,
+           WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]  # fmt: skip
 
 
 @dataclass
@@ -92,9 +90,6 @@ class _Tx:
     tx_id: str
     explicit: bool  # ends at XID / COMMIT (else after its single statement)
     rows_events: int = 0
-
-
-_NOT_SELECTED = _Rel("", False)
 
 
 class BinlogStream:
@@ -116,7 +111,7 @@ class BinlogStream:
         *,
         fast_rows: bool = True,
         keyless: frozenset[str] = frozenset(),
-        change_blocks: int = 0,
+        change_blocks: int = 1,
     ) -> None:
         self.params = params
         self.server_id = server_id
@@ -130,25 +125,43 @@ class BinlogStream:
         self.resume = resume  # where a new connection starts: a transaction boundary
         self.last_out = last_out  # position of the last event handed out
         self.reached = resume  # everything logged before it was handed out (reached_now)
-        self.converters: list[RowConverter] = []
         self.fast_rows = fast_rows
-        self.change_blocks = change_blocks  # rows events of >= this many rows as blocks; 0: off
+        # Rows events into blocks by the compiled decoder (0: off; without it: off, logged).
+        self.blocks = change_blocks > 0 and fast_rows
+        if self.blocks and native.missing(ROWS_MODULE):
+            native.note_missing(ROWS_MODULE, "binlog rows are decoded")
+            self.blocks = False
         self.fast_events = 0  # rows events decoded by rowimage.py
+        self.native_events = 0  # rows events decoded by the compiled decoder into blocks
         self.fallback_events = 0  # rows events with a decoder that went the library way
         self._file = resume[0]
-        self._reader: BinLogStreamReader | None = None
-        self._rels: dict[int, _Rel] = {}
-        self._rel_cache: dict[tuple[Any, ...], _Rel] = {}
-        self._rel_by_columns: dict[int, tuple[list[Any], int, _Rel]] = {}
+        # The source's own reader of the common events (``binlog_reader``); with
+        # ``row_decoder: library`` the library's own, for everything (the reference path).
+        self._reader: FastReader | BinLogStreamReader | None = None
+        self._maps = TableMaps(tables, history, keyless, zero_dates, fast_rows=fast_rows, blocks=self.blocks)  # fmt: skip
+        self._rels: dict[int, Rel] = {}
+        self._group = RowGroup()
         self._tx: _Tx | None = None
         self._pending: tuple[Any, ...] | None = None
         # Called between transactions with the stream's position: events to hand out there
-        # (an incremental snapshot's chunk, ``incremental.py``).
+        # (an incremental snapshot's chunk, ``incremental.py``), while ``boundary_wanted()``
+        # (the poll's group is handed out event by event then: the chunk goes out at the
+        # first boundary at or past its point).
         self.at_boundary: Callable[[tuple[str, int]], Iterator[ChangeEvent]] | None = None
+        self.boundary_wanted: Callable[[], bool] = lambda: True
 
-    def _open_reader(self) -> BinLogStreamReader:
+    @property
+    def converters(self) -> list[RowConverter]:
+        return self._maps.converters
+
+    @property
+    def decoder(self) -> str:
+        """Which decoder reads the rows: compiled (into blocks), fast (rowimage.py), library."""
+        return "compiled" if self.blocks else "fast" if self.fast_rows else "library"
+
+    def _open_reader(self) -> FastReader | BinLogStreamReader:
         file, pos = self.resume
-        self._reader = BinLogStreamReader(
+        lib = BinLogStreamReader(
             connection_settings=self.params.replication_settings(),
             server_id=self.server_id,
             resume_stream=True,
@@ -160,13 +173,16 @@ class BinlogStream:
             enable_logging=False,
             pymysql_wrapper=compat.connect,
         )
+        self._reader = FastReader(lib) if self.fast_rows else lib
         self._file = file
         self._rels.clear()
         self._tx = None
         self._pending = None  # not handed out yet: re-read from the transaction's start
+        self._group.clear()
         return self._reader
 
     def close(self) -> None:
+        self._group.clear()  # not handed out: re-read from ``resume``
         reader, self._reader = self._reader, None
         if reader is not None:
             with contextlib.suppress(pymysql.err.Error):
@@ -184,32 +200,59 @@ class BinlogStream:
         reader = self._reader or self._open_reader()
         stop = self.stats.changes + max_events
         yield from self._boundary()
-        while self.stats.changes < stop:
-            try:
-                ev = reader.fetchone() if spent is None else spent.timed_read(reader.fetchone)
-            except pymysql.err.MySQLError as exc:
-                self.close()
-                setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")
-                return
-            if ev is None:  # non-blocking dump: the end of the binlog, as of when it was sent
-                yield from self._boundary()
-                if self._tx is None and reader.log_file and reader.log_pos:
-                    # Everything before it is read, filtered events included.
-                    self._note_reached((str(reader.log_file), int(reader.log_pos)))
-                self.close()
-                if fresh:
-                    return
-                fresh = True  # an EOF from an earlier poll's connection may be stale: look again
-                reader = self._open_reader()
-                continue
-            finished = False
-            try:
-                yield from self._handle(ev)
-                yield from self._boundary()
-                finished = True
-            finally:
-                if not finished:  # the consumer stopped mid-event: rows of it may be unread
+        finished = False
+        try:
+            while self.stats.changes + self._group.rows < stop:
+                try:
+                    ev = reader.fetchone() if spent is None else spent.timed_read(reader.fetchone)
+                except pymysql.err.MySQLError as exc:
                     self.close()
+                    setup.raise_replication_error(exc, f"{self.resume[0]}:{self.resume[1]}")
+                    return
+                if ev is None:  # non-blocking dump: the end of the binlog, as of when it was sent
+                    yield from self._flush()
+                    yield from self._boundary()
+                    if self._tx is None and reader.log_file and reader.log_pos:
+                        # Everything before it is read, filtered events included.
+                        self._note_reached((str(reader.log_file), int(reader.log_pos)))
+                    self.close()
+                    if fresh:
+                        finished = True
+                        return
+                    fresh = True  # an EOF from an earlier poll's connection may be stale: look again
+                    reader = self._open_reader()
+                    continue
+                yield from self._handle(ev)
+                if self._group and (self._group.full or (self.at_boundary is not None and self.boundary_wanted())):
+                    yield from self._flush()
+                yield from self._boundary()
+            yield from self._flush()
+            finished = True
+        finally:
+            if not finished:  # the consumer stopped mid-event: rows of it may be unread
+                self.close()
+
+    def _flush(self) -> Iterator[ChangeEvent]:
+        """Hands out what the group recorded, in order (``rowgroup.py``)."""
+        if not self._group:
+            return
+        steps, blocks = self._group.take_all()
+        for step in steps:
+            kind = step[0]
+            if kind == "rows":
+                yield from self._hold([rows_item(step, blocks)])
+            elif kind == "hold":
+                yield from self._hold(step[1])
+            elif kind == "end":
+                yield from self._tx_done(step[1], step[2])
+            else:
+                self.resume = step[1]
+
+    def _set_resume(self, at: tuple[str, int]) -> None:
+        if self._group:
+            self._group.record(("resume", at))
+        else:
+            self.resume = at
 
     def _note_reached(self, at: tuple[str, int]) -> None:
         if binlog_position(*at) > binlog_position(*self.reached):
@@ -223,38 +266,38 @@ class BinlogStream:
         return self.reached
 
     def _boundary(self) -> Iterator[ChangeEvent]:
-        if self.at_boundary is None or self._tx is not None or self._pending is not None:
+        if self.at_boundary is None or self._tx is not None or self._pending is not None or self._group:
             return
         for ev in self.at_boundary(self.resume):
             self.last_out = tuple(ev.position.parts)
             yield ev
 
     def _handle(self, ev: Any) -> Iterator[ChangeEvent]:
-        t = type(ev)
+        t = ev.event_type
         pkt = ev.packet
-        if t is TableMapEvent:
+        if t == TABLE_MAP:
             self._table_map(ev)
-        elif t in _ROWS_EVENTS:
+        elif t in ROWS:
             yield from self._rows(ev)
-        elif t is XidEvent:
+        elif t == XID:
             yield from self._end_tx(pkt.log_pos)
-        elif t is MariadbGtidEvent or t is GtidEvent:
+        elif t in (MARIADB_GTID, GTID):
             if self._tx is not None:  # an unterminated group (should not happen): close it
                 yield from self._end_tx(None)
             self._tx = _Tx(
                 self._file, event_offset(ev), str(ev.gtid), explicit=opens_explicit_group(ev)
             )
-        elif t is QueryEvent:
+        elif t == QUERY:
             yield from self._query(ev)
-        elif t is RotateEvent:
+        elif t == ROTATE:
             self._file = ev.next_binlog
             if self._tx is None:
-                self.resume = (self._file, int(ev.position))
+                self._set_resume((self._file, int(ev.position)))
             return
         if self._tx is None and pkt.log_pos:
-            self.resume = (self._file, pkt.log_pos)
+            self._set_resume((self._file, pkt.log_pos))
 
-    def _query(self, ev: QueryEvent) -> Iterator[ChangeEvent]:
+    def _query(self, ev: Any) -> Iterator[ChangeEvent]:
         pkt = ev.packet
         if is_begin(ev.query):
             if self._tx is None:  # no GTID event: the transaction starts here
@@ -268,78 +311,35 @@ class BinlogStream:
             return
         begin = self._tx.begin if self._tx is not None else event_offset(ev)
         at = (self._file, begin, 0)
+        yield from self._flush()  # everything before a DDL statement is out before it applies
         for table in self._ddl(ev, at):
             yield from self._truncate(table, at, ev.timestamp * 1000)
         if self._tx is None or not self._tx.explicit:
             yield from self._end_tx(pkt.log_pos)
 
     def _end_tx(self, end_pos: int | None) -> Iterator[ChangeEvent]:
-        prev, self._pending = self._pending, None
         tx, self._tx = self._tx, None
-        if tx is not None:
+        at = (self._file, end_pos) if end_pos else None
+        if self._group:
+            self._group.record(("end", tx is not None, at))
+            return
+        yield from self._tx_done(tx is not None, at)
+
+    def _tx_done(self, counted: bool, at: tuple[str, int] | None) -> Iterator[ChangeEvent]:
+        """A transaction's end handed out: its last change (``last_in_tx``), then the
+        resume point after it."""
+        prev, self._pending = self._pending, None
+        if counted:
             self.stats.transactions += 1
-        if end_pos:
-            self.resume = (self._file, end_pos)
+        if at is not None:
+            self.resume = at
         if prev is not None:
             self.last_out = prev[4]
             yield self._emit(prev, True)
 
     # -- schema -------------------------------------------------------------------------------
-    def _table_map(self, ev: TableMapEvent) -> None:
-        table = f"{ev.schema}.{ev.table}"
-        if table not in self.tables:
-            self._rels[ev.table_id] = _NOT_SELECTED
-            return
-        cols = ev.columns
-        version = self.history.version(table)
-        seen = self._rel_by_columns.get(id(cols))  # a cached table map: same column objects
-        if seen is not None and seen[0] is cols and seen[1] == version:
-            self._rels[ev.table_id] = seen[2]
-            return
-        meta = ev.optional_metadata
-        key_idx = sorted(set(meta.simple_primary_key_list) | set(meta.primary_keys_with_prefix))
-        keyless = table in self.keyless
-        key_idx = [] if keyless else key_idx  # a key added later changes nothing (a multiset)
-        sig = (table, version, tuple(key_idx), tuple(map(column_signature, cols)))
-        rel = self._rel_cache.get(sig)
-        if rel is None:
-            if any(c.name is None for c in cols):
-                raise TerminalError(
-                    f"the table map of {table} has no column names",
-                    table=table,
-                    hint="SET GLOBAL binlog_row_metadata = 'FULL';",
-                )
-            if not key_idx and not keyless:
-                raise SchemaChangeError(
-                    f"{table} no longer has a primary key: updates and deletes cannot be applied",
-                    table=table,
-                    position=f"{self._file}:{ev.packet.log_pos}",
-                    hint=f"ALTER TABLE {self.tables[table].sql} ADD PRIMARY KEY (...);  -- then "
-                    "re-snapshot the table (drop its Iceberg table)",
-                )
-            hints = self.history.get(table)
-            key = tuple(cols[i].name for i in key_idx)
-            defs = [
-                def_from_binlog(c, is_bool=hints.is_bool(c.name), is_json=hints.is_json(c.name))
-                for c in cols
-            ]
-            try:
-                mappings = [map_column(d, key=d.name in key) for d in defs]
-            except ValueConversionError as exc:
-                raise SchemaChangeError(str(exc), table=table) from None
-            schema = TableSchema(
-                table=table, columns=tuple(m.spec for m in mappings), key_columns=key
-            )
-            rows = RowConverter.build(mappings, key, self.zero_dates)
-            self.converters.append(rows)
-            decoder = compile_table(cols, defs) if self.fast_rows else None
-            rel = self._rel_cache[sig] = _Rel(table, True, schema, rows, key, decoder, keyless)
-            if len(self._rel_cache) > 4096:  # unbounded DDL churn: start over
-                self._rel_cache = {sig: rel}
-        if len(self._rel_by_columns) > 4096:
-            self._rel_by_columns.clear()
-        self._rel_by_columns[id(cols)] = (cols, version, rel)
-        self._rels[ev.table_id] = rel
+    def _table_map(self, ev: Any) -> None:
+        self._rels[ev.table_id] = self._maps.rel(ev, f"{self._file}:{ev.packet.log_pos}")
 
     def _truncate(self, table: str, at: Parts, ts_ms: int) -> Iterator[ChangeEvent]:
         """A TRUNCATE event (its own transaction: DDL commits implicitly). Its schema is the
@@ -349,51 +349,14 @@ class BinlogStream:
         if at <= (done if done > self.last_out else self.last_out):
             self.stats.skipped += 1
             return
-        schema = next(
-            (r.schema for r in reversed(list(self._rel_cache.values())) if r.table == table), None
-        )
+        schema = self._maps.last_schema(table)
         tx_id = self._tx.tx_id if self._tx is not None else f"{at[0]}:{at[1]}"
         yield from self._hold([(table, Op.TRUNCATE, None, None, at, schema, ts_ms, tx_id)])
 
-    def _ddl(self, ev: QueryEvent, at: Parts) -> list[str]:
+    def _ddl(self, ev: Any, at: Parts) -> list[str]:
         """Applies schema changes to the history; returns the tables it truncates."""
-        truncated: list[str] = []
         db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else ev.schema
-        where = SourcePosition(source="mysql", parts=at)
-        for ch in parse_ddl(ev.query, db or None):
-            if ch.table not in self.tables:
-                continue
-            if ch.kind == "rename" or (ch.kind == "alter" and ch.new_name):
-                raise SchemaChangeError(
-                    f"table {ch.table} was renamed to {ch.new_name}; the source stops here",
-                    table=ch.table,
-                    position=where,
-                    hint=f"replicate it under its new name: drop its Iceberg table and put "
-                    f"{ch.new_name} in source.tables (it is snapshotted), or remove "
-                    f"{ch.table} from source.tables to go on without it",
-                )
-            if ch.kind == "drop":
-                raise SchemaChangeError(
-                    f"table {ch.table} was dropped; the source stops here (the Iceberg table "
-                    "keeps its rows)",
-                    table=ch.table,
-                    position=where,
-                    hint=f"remove {ch.table} from source.tables to go on without it",
-                )
-            if ch.kind == "truncate":
-                self.stats.truncates += 1
-                truncated.append(ch.table)
-                continue
-            for old, new in ch.renamed_columns:
-                log.warning(
-                    "%s: column %s renamed to %s; it continues as a new column (the old "
-                    "one stays in Iceberg, null from here on)",
-                    ch.table,
-                    old,
-                    new,
-                )
-            self.history.apply(ch, at)
-        return truncated
+        return apply_ddl(ev.query, db or None, at, self.tables, self.history, self.stats)
 
     # -- rows ---------------------------------------------------------------------------------
     def _rows(self, ev: Any) -> Iterator[ChangeEvent]:
@@ -413,11 +376,16 @@ class BinlogStream:
         if (tx.file, tx.begin, base | 0xFFFFFFFF) <= threshold:
             self.stats.skipped += 1  # a whole event already applied: not even decoded
             return
+        # Into a block of the poll's group (whole images only, every row past the threshold).
+        if rel.arrow is not None and (tx.file, tx.begin, base) > threshold and self._grouped(ev, rel, tx, base):
+            return
         if rel.decoder is not None:  # decodes only whole images (its ``full``)
             fast = self._fast_rows(ev, rel.decoder)
             if fast is not None:
                 yield from self._decoded(ev, fast, rel, tx, base, threshold)
                 return
+        if type(ev) is Event and isinstance(self._reader, FastReader):  # the library reads its rows
+            ev = self._reader.library(ev)
         if not full_images(ev):  # a session's MINIMAL/NOBLOB: no whole rows
             if not rel.keyless:  # missing columns would be written as NULLs
                 raise not_full_error(table, f"{tx.file}:{event_offset(ev)}")
@@ -426,7 +394,7 @@ class BinlogStream:
         yield from self._library_rows(ev, rel, tx, base, threshold)
 
     def _library_rows(
-        self, ev: Any, rel: _Rel, tx: _Tx, base: int, threshold: tuple[Any, ...]
+        self, ev: Any, rel: Rel, tx: _Tx, base: int, threshold: tuple[Any, ...]
     ) -> Iterator[ChangeEvent]:
         """``_rows`` for an event the fast decoder left to the library: converted row by
         row; a row that does not convert is a bad change or a dead letter."""
@@ -491,17 +459,38 @@ class BinlogStream:
             yield from self._hold((item,))
 
     def _hold(self, items: Iterable[tuple[Any, ...]]) -> Iterator[ChangeEvent]:
+        if self._group:  # recorded: the poll's group hands them out in order
+            self._group.record(("hold", list(items)))
+            return
         for item in items:  # each held back until the next: the last one ends the transaction
             prev, self._pending = self._pending, item
             if prev is not None:
                 self.last_out = prev[4]
                 yield self._emit(prev, False)
 
+    def _grouped(self, ev: Any, rel: Rel, tx: _Tx, base: int) -> bool:
+        """The event's rows into the group's block of its table (``rowgroup.py``), or
+        False: the compiled decoder refused it (the other paths decide)."""
+        assert rel.decoder is not None
+        got = _rows_body(ev)
+        if got is None:
+            return False
+        body, present, present2 = got
+        decoder = rel.decoder
+        if not decoder.full(present) or (present2 is not None and not decoder.full(present2)):
+            return False
+        t = ev.event_type
+        kind = INSERT if t in WRITES else UPDATE if t in UPDATES else DELETE
+        if self._group.take(rel, body, kind, (tx.file, tx.begin, base), ev.timestamp * 1000, tx.tx_id) < 0:
+            return False
+        self.native_events += 1
+        return True
+
     def _fast_rows(
         self, ev: Any, decoder: RowImageDecoder
     ) -> list[tuple[dict[str, Any], ...]] | None:
         """The event's rows by ``rowimage.py``, or None: the library decodes this event."""
-        got = compat.rows_body(ev)
+        got = _rows_body(ev)
         if got is None:
             self.fallback_events += 1
             return None
@@ -521,7 +510,7 @@ class BinlogStream:
         self,
         ev: Any,
         rows: list[tuple[dict[str, Any], ...]],
-        rel: _Rel,
+        rel: Rel,
         tx: _Tx,
         base: int,
         threshold: tuple[Any, ...],
@@ -529,15 +518,21 @@ class BinlogStream:
         """``_rows`` for rows the fast decoder produced: engine values already, every one
         valid (anything else made the event go the library way)."""
         table, schema, tx_id = rel.table, rel.schema, tx.tx_id
-        t = type(ev)
-        op = Op.CREATE if t is WriteRowsEvent else Op.UPDATE if t is UpdateRowsEvent else Op.DELETE
+        t = ev.event_type
+        op = Op.CREATE if t in WRITES else Op.UPDATE if t in UPDATES else Op.DELETE
         ts_ms = ev.timestamp * 1000
         file, begin = tx.file, tx.begin
-        if 0 < self.change_blocks <= len(rows) and op is not Op.DELETE and not rel.keyless:
-            block = self._block(rows, op, rel, (file, begin, base), threshold)
-            if block is not None:  # held back like a row: after = the block, parts = its last row's
-                yield from self._hold([(table, op, None, block, (file, begin, base | len(rows) - 1), schema, ts_ms, tx_id)])  # fmt: skip
-                return
+        if self._group:  # recorded: the poll's group hands it out in order
+            items = []
+            for i, images in enumerate(rows):
+                parts = (file, begin, base | i)
+                if parts <= threshold:
+                    self.stats.skipped += 1
+                    continue
+                items.append((table, op, None if op is Op.CREATE else images[0],
+                              images[-1] if op is not Op.DELETE else None, parts, schema, ts_ms, tx_id))  # fmt: skip
+            self._group.record(("hold", items))
+            return
         for i, images in enumerate(rows):
             parts = (file, begin, base | i)
             if parts <= threshold:
@@ -556,7 +551,7 @@ class BinlogStream:
                 yield self._emit(prev, False)
 
     def _before_image(
-        self, rel: _Rel, values: dict[str, Any], none_sources: Mapping[str, str]
+        self, rel: Rel, values: dict[str, Any], none_sources: Mapping[str, str]
     ) -> dict[str, Any]:
         """A u/d's before image, or its key alone when another of its columns does not
         convert: the pipeline needs only the key of the row a u/d replaces, so a bad value
@@ -574,18 +569,12 @@ class BinlogStream:
             self.stats.keyed_before_images += 1
             return key
 
-    def _block(self, rows: list[tuple[dict[str, Any], ...]], op: Op, rel: _Rel, first: Parts, threshold: tuple[Any, ...]) -> RowBlock | None:  # fmt: skip
-        """A rows event as one block (``changeblock.py``), or None: row by row (skips too)."""
-        if first <= threshold or rel.schema is None or (op is Op.UPDATE and not key_kept(rows, rel.key)):
-            return None
-        return rows_block(rows, 1 if op is Op.UPDATE else 0, rel.schema)
-
     def _emit(self, item: tuple[Any, ...], last: bool) -> ChangeEvent:
         table, op, before, after, parts, schema, ts_ms, tx_id = item
-        if type(after) is RowBlock:  # a rows event as one block (_decoded): its rows count
-            n = after.num_rows
+        if type(after) is BlockSlice:  # a rows event's rows in a block (rowgroup.py)
+            n = after.stop - after.start
             self.stats.changes += n
-            return BlockEvent(table, schema, after, 0, n, MYSQL, parts[:2], parts[2] - n + 1, op, ts_ms, tx_id, last)  # fmt: skip
+            return BlockEvent(table, schema, after.block, after.start, after.stop, MYSQL, parts[:2], parts[2] - n + 1, op, ts_ms, tx_id, last)  # fmt: skip
         self.stats.changes += 1
         return make_event(table, op, before, after, parts, schema, ts_ms, tx_id, last)
 
@@ -598,3 +587,11 @@ class BinlogStream:
         exc: ValueConversionError,
     ) -> None:
         dead_letter(self.dead_letters, self.stats, table, schema, values, parts, exc)
+
+
+def _rows_body(ev: Any) -> tuple[bytes, bytes, bytes | None] | None:
+    """(row images, columns-present bitmap, the after image's for an update) of a rows
+    event read by ``FastReader``, else of the library's event (``compat.rows_body``)."""
+    if type(ev) is Event:
+        return ev.body, ev.present, ev.present2
+    return compat.rows_body(ev)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from replicator.events.block import row_events
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.mysql import MySQLSource
 from sample_dbs.mysql.server import PrivateMariaDB
@@ -34,13 +35,14 @@ class TestDb:
         return self.server.connect(db=self.name)
 
 
-def drain(src: MySQLSource, *, max_polls: int = 1000) -> list[ChangeEvent]:
-    """Everything the source has now (polls until one comes back empty)."""
+def drain(src: MySQLSource, *, max_polls: int = 1000, blocks: bool = False) -> list[ChangeEvent]:
+    """Everything the source has now (polls until one comes back empty); block events as
+    their rows (``BlockEvent.events()``) unless ``blocks``."""
     out: list[ChangeEvent] = []
     for _ in range(max_polls):
         got = list(src.poll())
         if not got and not src.snapshot_in_progress:
-            return out
+            return out if blocks else row_events(out)
         out.extend(got)
     raise AssertionError("source never went idle")
 

@@ -127,12 +127,12 @@ def test_every_type_block_rows_equal_the_row_paths(
     by_block = make_source(db, tables=[table])
     by_block.start(Checkpoints.at({}))
     by_block.snapshot_blocks = True  # as the pipeline's reader sets it
-    blocks = drain(by_block)
+    blocks = drain(by_block, blocks=True)
     by_row = make_source(db, tables=[table])
     by_row.start(Checkpoints.at({}))
     assert by_row._snap is not None
     by_row._snap.blocks = False  # the row-by-row path: pymysql tuples -> from_snapshot
-    rows = drain(by_row)
+    rows = drain(by_row, blocks=True)
     assert [type(e) for e in blocks] == [BlockEvent]  # one chunk, one event
     got = _rows(blocks)
     assert all(type(e.after) is BlockRow for e in got)

@@ -11,10 +11,15 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from replicator.sources.mysql.framing import TxStarts
 
+_TYPES = {MariadbGtidEvent: 162, GtidEvent: 33, QueryEvent: 2, XidEvent: 16, WriteRowsEvent: 30}
+
 
 def _ev(cls: type, at: int, **attrs: Any) -> Any:
+    """The library's event object, as its constructor leaves what the framing reads (the
+    stream's own events, ``binlog_reader.Event``, carry the same fields)."""
     ev: Any = object.__new__(cls)
-    ev.__dict__.update(packet=SimpleNamespace(log_pos=at + 10, event_size=10), **attrs)
+    ev.__dict__.update(packet=SimpleNamespace(log_pos=at + 10, event_size=10),
+                       event_type=_TYPES[cls], **attrs)  # fmt: skip
     return ev
 
 

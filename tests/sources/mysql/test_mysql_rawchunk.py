@@ -1,6 +1,7 @@
 """The fast read of a snapshot chunk (``sources/mysql/rawchunk.py``): wire packets parsed
 column-wise give pymysql's rows and, as a block, the row path's values; a value Arrow
-refuses sends the chunk the row path's way."""
+refuses sends the chunk the row path's way. Each test runs with the compiled framing and
+split (``replicator.native.text_rows``) and with the pure-Python one."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pymysql
 import pytest
 from mysql_testkit import TestDb
 
+from replicator import native
 from replicator.sources.mysql import setup
-from replicator.sources.mysql.rawchunk import RawChunk
+from replicator.sources.mysql.rawchunk import TEXT_ROWS, RawChunk
 from replicator.sources.mysql.setup import TableInfo
 from replicator.sources.mysql.snapshot import SnapshotReader, describe_tables, snap_table
 
@@ -34,8 +36,17 @@ FAST_ROWS = (
 )
 
 
+@pytest.fixture(params=["compiled", "python"])
+def framing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "python":
+        monkeypatch.setitem(native._loaded, TEXT_ROWS, None)
+    elif native.load(TEXT_ROWS) is None:
+        pytest.skip("replicator.native is not built")
+    return str(request.param)
+
+
 @pytest.mark.integration
-def test_wire_packets_parsed_column_wise_equal_pymysql(db: TestDb) -> None:
+def test_wire_packets_parsed_column_wise_equal_pymysql(db: TestDb, framing: str) -> None:
     """The fast read (``rawchunk.py``): its block and its decoded rows are pymysql's."""
     db.sql(f"CREATE TABLE fast ({FAST_COLUMNS})", f"INSERT INTO fast VALUES {', '.join(FAST_ROWS)}")
     conn = db.connect()
@@ -63,7 +74,9 @@ def test_wire_packets_parsed_column_wise_equal_pymysql(db: TestDb) -> None:
 
 
 @pytest.mark.integration
-def test_row_packets_framed_here_equal_pymysql_over_sequence_wrap_and_big_rows(db: TestDb) -> None:
+def test_row_packets_framed_here_equal_pymysql_over_sequence_wrap_and_big_rows(
+    db: TestDb, framing: str
+) -> None:
     """``_read_rows`` frames the row packets itself: over 256 rows (the sequence number
     wraps), a row past 16 MiB (continued by a second packet) and NULLs, the packets are
     pymysql's; the connection stays usable; an error packet mid-result raises pymysql's."""
@@ -77,11 +90,12 @@ def test_row_packets_framed_here_equal_pymysql_over_sequence_wrap_and_big_rows(d
     conn.commit()
     try:
         raw = RawChunk(conn, "SELECT id, v FROM f ORDER BY id", [])
+        assert (raw.native is not None) == (framing == "compiled")
         with conn.cursor() as cur:
             cur.execute("SELECT id, v FROM f ORDER BY id")
             want = list(cur.fetchall())
         assert raw.rows() == want
-        assert len(raw) == 601 and len(raw.packets[-1]) > 0xFFFFFF
+        assert len(raw) == 601 and len(raw.payload(600)) > 0xFFFFFF
         with pytest.raises(pymysql.err.MySQLError, match="more than 1 row"):  # after rows were sent
             RawChunk(conn, "SELECT id, IF(id = 500, (SELECT 1 UNION SELECT 2), 1) FROM f "
                      "WHERE id < 600 ORDER BY id", [])  # fmt: skip

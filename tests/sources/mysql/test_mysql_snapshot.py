@@ -11,6 +11,7 @@ import pytest
 from mysql_testkit import TestDb, apply, drain
 
 from replicator.checkpoint import Checkpoints
+from replicator.events.block import row_events
 from replicator.events.model import ChangeEvent, Op
 from replicator.sources.mysql import MySQLSource
 from replicator.sources.mysql.snapshot import (
@@ -89,7 +90,7 @@ def test_snapshot_overlapping_live_writes_converges(
     snapshot_rows = 0
     try:
         while src.snapshot_in_progress:  # read the snapshot while the workload writes
-            got = list(src.poll())
+            got = row_events(src.poll())
             snapshot_rows += len(got)
             apply(model, got)
     finally:

@@ -13,6 +13,7 @@ from mysql_testkit import TestDb, drain, summary
 
 from replicator.checkpoint import Checkpoints
 from replicator.errors import SchemaChangeError, TerminalError
+from replicator.events.block import row_events
 from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.sources.mysql import MySQLSource
 from replicator.sources.mysql.stream import ROW_SHIFT, BinlogStream
@@ -50,9 +51,14 @@ def _workload(db: TestDb) -> None:
     db.sql("DELETE FROM a WHERE id > 3")
 
 
-def test_order_transactions_and_images(db: TestDb, make_source: Callable[..., MySQLSource]) -> None:
+@pytest.mark.parametrize("blocks", [0, 1])
+def test_order_transactions_and_images(
+    db: TestDb, make_source: Callable[..., MySQLSource], blocks: int
+) -> None:
+    """Row by row (``change_blocks`` 0) and as blocks (taken as their rows): the same
+    changes; a block's old image is its key (all the pipeline reads of it)."""
     _tables(db)
-    src = _started(db, make_source)
+    src = _started(db, make_source, change_blocks=blocks)
     _workload(db)
     evs = drain(src)
     t = f"{db.name}."
@@ -87,13 +93,15 @@ def test_order_transactions_and_images(db: TestDb, make_source: Callable[..., My
     assert [p >> ROW_SHIFT for p in (e.position.parts[2] for e in groups[2])] == [0, 0, 0]
     # images
     upd_b = groups[1][3]
-    assert upd_b.before == {"k1": 1, "k2": 1, "v": "b11"} and upd_b.after == {
+    old_b = {"k1": 1, "k2": 1, "v": "b11"} if not blocks else {"k1": 1, "k2": 1}
+    assert upd_b.before == old_b and upd_b.after == {
         "k1": 1,
         "k2": 2,
         "v": "b11",
     }
     assert upd_b.schema_ is not None and upd_b.schema_.key_columns == ("k1", "k2")
-    assert groups[1][4].before == {"id": 2, "v": "two"} and groups[1][4].after is None
+    old_a = {"id": 2, "v": "two"} if not blocks else {"id": 2}
+    assert groups[1][4].before == old_a and groups[1][4].after is None
     assert all(e.ts_ms and e.ts_ms > 1_600_000_000_000 for e in evs)
     # the unvalidated fast constructor builds the same events as the validated one
     for e in evs:
@@ -134,19 +142,23 @@ def test_resume_inside_a_transaction_reproduces_the_rest(
     assert summary(drain(again)) == summary(want)
 
 
+@pytest.mark.parametrize("blocks", [0, 1])
 def test_consumer_stopping_mid_event_loses_nothing(
-    db: TestDb, make_source: Callable[..., MySQLSource]
+    db: TestDb, make_source: Callable[..., MySQLSource], blocks: int
 ) -> None:
+    """Stopping inside a rows event (row by row) or inside a poll's group of blocks (the
+    first statement's block taken, the second's not yet): the rest comes next."""
     _tables(db)
-    src = _started(db, make_source)
+    src = _started(db, make_source, change_blocks=blocks)
     db.sql(
         "INSERT INTO a VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')",
         "INSERT INTO a VALUES (5, 'e')",
     )
     gen = src.poll()
-    first = [next(gen), next(gen)]
+    first = row_events([next(gen)] if blocks else [next(gen), next(gen)])
     gen.close()  # e.g. the pipeline stops after a batch
     rest = drain(src)
+    assert len(rest) == (1 if blocks else 3)
     assert [e.after["id"] for e in first + rest if e.after] == [1, 2, 3, 4, 5]
     assert [e.last_in_tx for e in first + rest] == [False, False, False, True, True]
 
