@@ -85,6 +85,10 @@ class WorkerKeeper:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=30)
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def due_in(self) -> float:
         """Seconds until the next touch is due (0: now)."""
         return max(0.0, self._every - (self._clock() - max(self._last(), self._touched)))

@@ -4,7 +4,6 @@ Spark ends idle workers after a minute, and the next job paid their start."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -60,7 +59,7 @@ def test_a_failed_touch_ends_the_keeper() -> None:
 
     keeper = WorkerKeeper(touch, every=0.01, last=lambda: 0.0)
     keeper.start()
-    assert _until(lambda: not any(t.name == "spark-worker-keeper" and t.is_alive() for t in threading.enumerate()))
+    assert _until(lambda: not keeper.running)
     keeper.stop()
     assert calls == [1] and keeper.touches == 0
 
