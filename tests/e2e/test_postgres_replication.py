@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,7 @@ def test_slot_never_passes_committed_position(tmp_path: Path, pg_versioned_db: s
 
     seen: list[tuple[int, int]] = []
     original = rep.source.acknowledge
+    delivered = threading.Event()
 
     def checked_ack(position: Any) -> None:
         committed = min(
@@ -100,9 +102,22 @@ def test_slot_never_passes_committed_position(tmp_path: Path, pg_versioned_db: s
         assert row is not None
         seen.append((int(row[0]), committed))
         original(position)
+        delivered.set()
+
+    acked: list[Any] = [None]
+
+    def ack_reached_source(done: Any) -> None:
+        # The reader thread delivers only the newest acknowledgement: batches committed
+        # before it runs coalesce into one. Waiting here checks every batch's own.
+        if rep.acknowledged != acked[0]:
+            acked[0] = rep.acknowledged
+            assert delivered.wait(30), "the batch's acknowledgement never reached the source"
+            delivered.clear()
 
     rep.source.acknowledge = checked_ack  # type: ignore[method-assign]
-    rep.run(until_idle=True)
+    rep.after_commit = (*rep.after_commit, ack_reached_source)
+    summary = rep.run(until_idle=True)
+    assert summary.batches >= 2
     assert len(seen) >= 2
     # Before each acknowledgement the slot must not be ahead of what Iceberg holds
     # (snapshot positions sit just below the slot's start, streamed ones at commit LSNs).
