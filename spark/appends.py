@@ -21,6 +21,12 @@ from ops_mapping.sizing import FileRoller, RowSizeEstimator
 from replicator.storage.file_writer import TableFileWriter, WrittenFile
 
 _READ = pa.scalar("r")
+
+
+def all_reads(staged: pa.Table) -> bool:
+    """Every staged row is a snapshot read (op ``r``)."""
+    ops = staged.column(OP_COLUMN)
+    return ops.null_count == 0 and bool(pc.all(pc.equal(ops, _READ)).as_py())
 # Rows handed to the file writer at once (the mapper's chunks: same row groups).
 WRITE_ROWS = 65_536
 
@@ -41,8 +47,7 @@ def plain_appends(staged: pa.Table, key_columns: tuple[str, ...], upsert_reads: 
     n = staged.num_rows
     if upsert_reads or not key_columns or not n or AFTER_KEY_IN_TABLE_COLUMN in staged.column_names:
         return False
-    ops = staged.column(OP_COLUMN)
-    if ops.null_count or not pc.all(pc.equal(ops, _READ)).as_py():
+    if not all_reads(staged):
         return False
     keys = staged.select(list(key_columns))
     if any(c.null_count for c in keys.columns) or not all(_exact_key(t) for t in keys.schema.types):

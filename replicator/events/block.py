@@ -161,7 +161,6 @@ class BlockEvent(ChangeEvent):
             return self
         if self.position <= done:
             return None
-            return self
         skip = int(done.parts[-1]) - self.first_seq + 1  # done shares the prefix here
         return BlockEvent(self.table, self.schema_, self.block, self.start + skip, self.stop,
                           self.position.source, self.prefix, self.first_seq + skip, self.op,

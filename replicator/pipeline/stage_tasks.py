@@ -18,16 +18,14 @@ import dataclasses
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ops_mapping import OP_COLUMN, MappingPolicy
+from ops_mapping import MappingPolicy
 from ops_mapping.split import split_by_key
 from replicator.pipeline.staging import StagedBatch
 from replicator.storage.fileio import open_output
+from spark.appends import all_reads
 from spark.apply_stage import StageResult, StageSpec, StageTask, merge_results
-
-_READ = pa.scalar("r")
 
 
 def appends_only(staged: StagedBatch | None, policy: MappingPolicy, chunks: Sequence[str], keyless: bool) -> bool:
@@ -38,8 +36,7 @@ def appends_only(staged: StagedBatch | None, policy: MappingPolicy, chunks: Sequ
     without a staged round trip or a job; ``pipeline.apply`` writes such a part there)."""
     if staged is None or chunks or keyless or policy.upsert_reads or not staged.table.num_rows:
         return False
-    ops = staged.table.column(OP_COLUMN)
-    return ops.null_count == 0 and bool(pc.all(pc.equal(ops, _READ)).as_py())
+    return all_reads(staged.table)
 
 
 def write_staged(table: pa.Table, path: str, io_properties: dict[str, str]) -> None:
