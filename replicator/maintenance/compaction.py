@@ -21,7 +21,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,6 +58,8 @@ class CompactionPlan:
     sequence_number: int  # the highest data sequence number among them
     delete_files: tuple[DataFile, ...]  # position deletes that apply to them
     droppable: tuple[DataFile, ...]  # position-delete files naming only rewritten files
+    # rewritten data file -> the delete files above naming it (read once, by the plan)
+    deletes_of: Mapping[str, frozenset[str]] = field(hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def _deleted_rows(table: Table, delete_file: DataFile, vectors: dict[str, dict[s
     if delete_file.file_format == FileFormat.PUFFIN:
         return vectors.get(delete_file.file_path, {})
     with table.io.new_input(delete_file.file_path).open() as stream:
-        counts = pq.read_table(stream, columns=["file_path"]).column(0).value_counts()
+        # ParquetFile, not read_table: no dataset set-up for a small file (a plan reads all).
+        counts = pq.ParquetFile(stream).read(columns=["file_path"]).column(0).value_counts()
     return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist()}
 
 
@@ -149,9 +153,10 @@ def plan_compaction(
     names = {f.file_path for f in chosen}
     applying = {d.file_path: d for f in chosen for d in hit.get(f.file_path, [])}
     droppable = [d for d in applying.values() if targets[d.file_path] <= names]
+    deletes_of = {f.file_path: frozenset(d.file_path for d in hit.get(f.file_path, [])) for f in chosen}
     return CompactionPlan(
         head.snapshot_id, tuple(chosen), max(seqs.get(f.file_path, 0) for f in chosen),
-        tuple(applying.values()), tuple(droppable),
+        tuple(applying.values()), tuple(droppable), deletes_of,
     )  # fmt: skip
 
 
@@ -221,20 +226,21 @@ def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tupl
         io_properties=file_io_properties(table.io.properties),
     )
     writer = TableFileWriter(spec)
-    deletes_of: dict[str, set[DataFile]] = defaultdict(set)
-    vectors = vector_deleted_rows(table) if uses_vectors(table) else {}
-    for d in plan.delete_files:
-        for path in _deleted_rows(table, d, vectors):
-            deletes_of[path].add(d)
+    delete_file = {d.file_path: d for d in plan.delete_files}
     # Bytes per row of the inputs estimates when a file reaches the target.
     in_rows = sum(f.record_count for f in plan.data_files) or 1
     bytes_per_row = max(1.0, sum(f.file_size_in_bytes for f in plan.data_files) / in_rows)
     rows_per_file = max(1, int(target_file_bytes / bytes_per_row))
     scan = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
     index, in_file, rows = 0, 0, 0
-    for f in plan.data_files:
-        task = FileScanTask(f, delete_files=deletes_of.get(f.file_path, set()))
-        for batch in scan.to_record_batches([task]):
+    tasks = [
+        FileScanTask(f, delete_files={delete_file[p] for p in plan.deletes_of.get(f.file_path, ())})
+        for f in plan.data_files
+    ]
+    for group in _scan_groups(tasks):
+        # One scan per group: its delete files are read once (not once per data file that
+        # they name) and its data files in parallel; a group's rows are held at once.
+        for batch in scan.to_record_batches(group):
             part = pa.Table.from_batches([batch])
             while part.num_rows:
                 if in_file >= rows_per_file:
@@ -246,3 +252,21 @@ def _rewrite(table: Table, plan: CompactionPlan, target_file_bytes: int) -> tupl
                 part = part.slice(take.num_rows)
     written = [w for w in writer.close() if w.content == CONTENT_DATA]
     return written, rows
+
+
+# Input bytes one scan of ``_rewrite`` reads at once (it holds their rows): small-file
+# compactions, the steady-state case, are one scan.
+SCAN_GROUP_BYTES = 64 * 1024 * 1024
+
+
+def _scan_groups(tasks: list[FileScanTask]) -> list[list[FileScanTask]]:
+    """``tasks`` in order, cut into runs of at most ``SCAN_GROUP_BYTES`` input (at least one)."""
+    groups: list[list[FileScanTask]] = []
+    size = 0
+    for t in tasks:
+        if not groups or size + t.file.file_size_in_bytes > SCAN_GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += t.file.file_size_in_bytes
+    return groups

@@ -99,3 +99,29 @@ def test_target_size_splits_output(tmp_path: Path, spark: Any) -> None:
     t, result = compact(t, target_file_bytes=target, min_input_files=2)
     assert result.data_files_added >= 2
     assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
+
+
+@pytest.mark.parametrize("group_bytes", [1, 64 * 1024 * 1024])
+def test_rewrite_scans_groups_with_their_deletes(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, group_bytes: int
+) -> None:
+    """The rewrite reads its inputs in scans of several files (each delete file read once per
+    scan): one file per scan and all files in one scan give the same rows, deletes applied."""
+    from replicator.maintenance import compaction
+
+    monkeypatch.setattr(compaction, "SCAN_GROUP_BYTES", group_bytes)
+    log = ChangeLog()
+    in_batch_churn(log, random.Random(7), 20)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = config(tmp_path, max_events=8)
+    run(cfg)
+    t = table(cfg)
+    plan = plan_compaction(t, target_file_bytes=64 * 1024 * 1024, min_input_files=4)
+    assert plan is not None and plan.delete_files
+    groups = compaction._scan_groups(
+        [compaction.FileScanTask(f) for f in plan.data_files]
+    )
+    assert len(groups) == (len(plan.data_files) if group_bytes == 1 else 1)
+    t, result = compact(t, target_file_bytes=64 * 1024 * 1024, min_input_files=4)
+    assert result.rows == len(log.expected_rows())
+    assert spark_rows(t.metadata_location, ["id"]) == log.expected_rows()
