@@ -308,7 +308,7 @@ def _targets(
 def _parquet_positions(table: Table, file: ContentFile, paths: set[str]) -> dict[str, Positions]:
     """The positions a position-delete Parquet file deletes in the data files ``paths``."""
     with table.io.new_input(file.file_path).open() as stream:
-        rows = pq.read_table(stream, columns=["file_path", "pos"]).to_pydict()
+        rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"]).to_pydict()
     found: dict[str, list[int]] = {}
     for path, pos in zip(rows["file_path"], rows["pos"], strict=True):
         if path in paths:

@@ -55,7 +55,7 @@ def vectors_from_position_files(table: Table, paths: Sequence[str]) -> dict[str,
     out: dict[str, Positions] = {}
     for path in paths:
         with table.io.new_input(path).open() as stream:
-            rows = pq.read_table(stream, columns=["file_path", "pos"])
+            rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
         for name in pc.unique(rows.column("file_path")).to_pylist():
             chosen = rows.filter(pc.equal(rows.column("file_path"), pa.scalar(name)))
             values = np.unique(chosen.column("pos").to_numpy().astype(np.uint64))

@@ -85,7 +85,7 @@ def live_rows(table: Table, key_columns: Sequence[str], snapshot_id: int | None)
     for task in _tasks(table, snapshot_id):
         path = task.file.file_path
         with table.io.new_input(path).open() as stream:
-            keys = pq.read_table(stream, columns=list(key_columns))
+            keys = pq.ParquetFile(stream).read(columns=list(key_columns))
         gone = _deleted_positions(table, task, deletes)
         positions = np.arange(keys.num_rows, dtype=np.int64)
         if len(gone):
@@ -172,7 +172,7 @@ def catch_up_from_table(
         if len(gone) == 0:
             continue
         with table.io.new_input(path).open() as stream:
-            keys = pq.read_table(stream, columns=list(key_columns)).take(pa.array(gone))
+            keys = pq.ParquetFile(stream).read(columns=list(key_columns)).take(pa.array(gone))
         keys = keys.cast(pa.schema([(n, t) for n, t in zip(key_columns, _types(table, key_columns), strict=True)]))
         found = index.lookup(keys, index.snapshot_id)
         ids = {i for i, p in found.paths.items() if p == path}
@@ -218,7 +218,7 @@ def _read_deletes(table: Table, delete_file: DataFile) -> dict[str, pa.ChunkedAr
         if delete_file.file_format == FileFormat.PUFFIN:
             vectors = deletion_vectors_from_puffin_file(PuffinFile(stream.read()))
             return {dv.referenced_data_file: dv.to_vector() for dv in vectors}
-        rows = pq.read_table(stream, columns=["file_path", "pos"])
+        rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
     paths = rows.column("file_path")
     return {
         str(name): rows.column("pos").filter(pc.equal(paths, pa.scalar(name)))

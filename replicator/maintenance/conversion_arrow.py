@@ -146,7 +146,7 @@ def _read_keys(table: Table, path: str, names: list[str], types: list[pa.DataTyp
     """The key columns of a Parquet file, in row order, cast to the table's types; None if a
     key is null."""
     with table.io.new_input(path).open() as stream:
-        keys = pq.read_table(stream, columns=names)
+        keys = pq.ParquetFile(stream).read(columns=names)  # no dataset set-up per small file
     cols = []
     for name, type_ in zip(names, types, strict=True):
         col = keys.column(name)

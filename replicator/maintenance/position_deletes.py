@@ -97,7 +97,7 @@ def _merged_rows(table: Table, plan: MergePlan) -> tuple[pa.Table, int]:
     parts = []
     for f in plan.delete_files:
         with table.io.new_input(f.file_path).open() as stream:
-            parts.append(pq.read_table(stream, columns=["file_path", "pos"]).cast(schema))
+            parts.append(pq.ParquetFile(stream).read(columns=["file_path", "pos"]).cast(schema))
     rows = pa.concat_tables(parts)
     total = rows.num_rows
     live = pa.array(sorted(plan.live_data), rows.schema.field("file_path").type)

@@ -363,7 +363,7 @@ class TableIndexes:
         added = []
         for f in data:
             with io.new_input(f.file_path).open() as stream:
-                keys = pq.read_table(stream, columns=list(state.key_columns))
+                keys = pq.ParquetFile(stream).read(columns=list(state.key_columns))
             pos = np.arange(keys.num_rows, dtype=np.int64)
             gone = in_batch.get(f.file_path)
             if gone:
@@ -396,7 +396,7 @@ def _deleted_rows(
         if f.content != DataFileContent.POSITION_DELETES:
             raise StaleIndexError(f"{state.identifier}: an equality delete in position mode ({f.file_path})")
         with io.new_input(f.file_path).open() as stream:
-            deleted.append(pq.read_table(stream, columns=["file_path", "pos"]).cast(_DELETED))
+            deleted.append(pq.ParquetFile(stream).read(columns=["file_path", "pos"]).cast(_DELETED))
     if vectors:
         deleted.append(_vector_rows(vectors))
     for rows in deleted:

@@ -231,7 +231,11 @@ class FastReader:
                 self._maps.clear()
             self._maps[body] = ev
         else:
-            ev.packet.log_pos = _HEADER.unpack_from(payload, 1)[4]  # where this one ends
+            # The cached event is another table map with the same body: this one's header
+            # (when it was written, by which server, where it ends) replaces that one's.
+            timestamp, _, server_id, _, log_pos, _ = _HEADER.unpack_from(payload, 1)
+            ev.timestamp = ev.packet.timestamp = timestamp
+            ev.packet.server_id, ev.packet.log_pos = server_id, log_pos
         self.lib.table_map[ev.table_id] = ev.get_table()
         return ev
 
