@@ -5,7 +5,7 @@ metadata lives in pyproject.toml; this file only lists the extension modules."""
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-NATIVE = ["binlog_rows", "text_rows"]
+NATIVE = ["binlog_rows", "pgoutput_rows", "text_rows"]
 
 setup(
     ext_modules=cythonize(

@@ -4,6 +4,8 @@ still exists (same process, same data):
     .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
     .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
     .venv/bin/python -m benchmarks.micro reader       # Postgres reader path: decode + assembly + events
+                                                      # (--change-blocks 1 --tables 100: blocks,
+                                                      # compiled vs numpy split)
     .venv/bin/python -m benchmarks.micro compaction   # bytes rewritten per byte appended
     .venv/bin/python -m benchmarks.micro deleted-share   # random updates over a big table: rewrites vs threshold
     .venv/bin/python -m benchmarks.micro partitioned  # the apply stage's worker: unpartitioned
@@ -234,8 +236,8 @@ def partitioned(rows: int = 300_000, days: int = 30, repeat: int = 3) -> None:
         print(f"{label}: {n:,} events in {best:.2f} s = {n / best:,.0f} events/s, {files} data files")
 
 
-def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[bytes]:
-    """The mixed workload's shape as pgoutput: 4 tables of the 8 ``narrow_table`` columns,
+def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False, tables: int = 4) -> list[bytes]:
+    """The mixed workload's shape as pgoutput: ``tables`` tables of the 8 ``narrow_table`` columns,
     transactions of 1 (60%), 2-20 (30%) or 50-500 changes (10%), 50% inserts, 40% updates,
     10% deletes over 100k keys, each transaction's changes grouped by table, then deletes,
     updates, inserts (as ``benchmarks.workloads.TxOps`` runs them). ``bulk``: transactions of
@@ -253,17 +255,17 @@ def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[byte
                 f"alpha beta gamma #{rng.randint(0, 10**6)}", f"{rng.randint(-10**11, 10**11) / 100:.2f}",
                 "2024-03-04 05:06:07.123456+00", repr(rng.random() * 1e6), "t" if rng.random() < 0.5 else "f"]  # fmt: skip
 
-    msgs = [kit.relation(16400 + t, "public", f"m{t}", cols) for t in range(4)]
+    msgs = [kit.relation(16400 + t, "public", f"m{t}", cols) for t in range(tables)]
     lsn, n, tx = 0x1000000, 0, 0
     while n < events:
         r = rng.random()
         size = 1 if r < 0.6 else rng.randint(2, 20) if r < 0.9 else rng.randint(50, 500)
         size = 500 if bulk else size
         msgs.append(kit.begin(lsn + 512, 800_000_000_000_000 + tx, 1000 + tx))
-        bulk_rel = 16400 + rng.randrange(4)
+        bulk_rel = 16400 + rng.randrange(tables)
         ops = []
         for _ in range(size):
-            rel, key, op = 16400 + rng.randrange(4), rng.randrange(100_000), rng.random()
+            rel, key, op = 16400 + rng.randrange(tables), rng.randrange(100_000), rng.random()
             ops.append((bulk_rel, key, 0.0) if bulk else (rel, key, op))
         for rel, key, op in sorted(ops, key=lambda o: (o[0], 0 if o[2] >= 0.9 else 1 if o[2] >= 0.5 else 2)):
             if op < 0.5:
@@ -278,29 +280,34 @@ def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False) -> list[byte
     return msgs
 
 
-def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool = False) -> None:
+def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool = False, tables: int = 4) -> None:
     """The Postgres reader thread's per-event CPU without a server: pgoutput decode, the
     ChangeAssembler (conversion, positions, TOAST rules) and the ChangeEvents, kept in a list
     as a batch keeps them; the cyclic collector at CPython's default thresholds and as the
     engine's run sets them (``replicator.pipeline.gc_policy``). ``blocks``: the assembler's
-    ``change_blocks`` (runs of inserts as block events); ``bulk``: 500-insert transactions."""
+    ``change_blocks`` (runs of changes as block events; then also with the blocks split by
+    numpy instead of the compiled ``replicator.native.pgoutput_rows``, the baseline);
+    ``bulk``: 500-insert transactions; ``tables``: the changes spread over that many tables."""
     import gc
 
     from replicator.events.block import row_count
     from replicator.events.deadletter import DeadLetterSink
     from replicator.pipeline.gc_policy import run_thresholds
+    from replicator.sources.postgres import change_block
     from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
     from replicator.sources.postgres.pgoutput import decode
     from replicator.sources.postgres.setup import TableInfo
     from replicator.sources.postgres.toast import RowCache
     from replicator.sources.postgres.types import TypeMapper
 
-    msgs = _mixed_pgoutput(events, bulk=bulk)
+    msgs = _mixed_pgoutput(events, bulk=bulk, tables=tables)
+    # A poll's end: every source.poll_max_messages, or a group's worth with blocks (source.py).
+    poll = 65_536 if blocks else 10_000
 
     def run() -> int:
-        tables = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(4)}
+        infos = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(tables)}
         asm = ChangeAssembler(
-            tables=tables, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
+            tables=infos, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
             dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
         )  # fmt: skip
         asm.change_blocks = blocks
@@ -311,20 +318,30 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
                     out.extend(asm.change_raw(m))
             else:
                 out.extend(asm.handle(decode(m), len(m)))
-            if i % 10_000 == 9_999:  # a poll's end (source.poll_max_messages)
+            if i % poll == poll - 1:
                 out.extend(asm.flush_run())
         out.extend(asm.flush_run())
         return sum(map(row_count, out))
 
-    for label in ("collector at CPython's defaults", "collector as the engine's run sets it"):
+    native_split = change_block._split_native
+    labels = ["collector at CPython's defaults", "collector as the engine's run sets it"]
+    if blocks:
+        labels.append("collector as the engine's run sets it, blocks split by numpy")
+    for label in labels:
         best, n = float("inf"), 0
-        for _ in range(repeat):
-            gc.collect()
-            with run_thresholds() if "engine" in label else contextlib.nullcontext():
-                t0 = time.process_time()
-                n = run()
-                best = min(best, time.process_time() - t0)
-        print(f"reader path ({'bulk inserts' if bulk else 'mixed'}, change_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
+        if "numpy" in label:
+            change_block._split_native = lambda *a: change_block._NO_NATIVE  # type: ignore[assignment]
+        try:
+            for _ in range(repeat):
+                gc.collect()
+                with run_thresholds() if "engine" in label else contextlib.nullcontext():
+                    t0 = time.process_time()
+                    n = run()
+                    best = min(best, time.process_time() - t0)
+        finally:
+            change_block._split_native = native_split  # type: ignore[assignment]
+        shape = "bulk inserts" if bulk else f"mixed over {tables} table(s)"
+        print(f"reader path ({shape}, change_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
               f"{n / best:,.0f} events per CPU-second")  # fmt: skip
 
 
@@ -333,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader"])
     ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
     ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
+    ap.add_argument("--tables", type=int, default=4, help="reader: the changes spread over this many tables")
     args = ap.parse_args(argv)
     if args.what == "commits":
         for before in (1, 20, 120):
@@ -340,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "staging":
         staging()
     elif args.what == "reader":
-        reader(blocks=args.change_blocks, bulk=args.bulk)
+        reader(blocks=args.change_blocks, bulk=args.bulk, tables=args.tables)
     elif args.what == "partitioned":
         partitioned()
     elif args.what == "deleted-share":

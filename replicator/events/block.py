@@ -135,17 +135,24 @@ class BlockEvent(ChangeEvent):
             raise ValueError("a block event holds at least one row")
         if op not in _BLOCK_OPS:
             raise ValueError(f"a block event holds 'r', 'c' or 'u' rows, not {op.value!r}")
-        last = (*prefix, first_seq + stop - start - 1)
-        super().__init__(
-            table, op, None, BlockRow(block, stop - 1), position=SourcePosition(source, last),
-            schema=schema, ts_ms=ts_ms, tx_id=tx_id, last_in_tx=last_in_tx,
-        )  # fmt: skip
-        _set = object.__setattr__
-        _set(self, "block", block)
-        _set(self, "start", start)
-        _set(self, "stop", stop)
-        _set(self, "prefix", prefix)
-        _set(self, "first_seq", first_seq)
+        # ChangeEvent's own checks hold by construction ('after' is a row, the op no 'd'):
+        # the slots are set directly, as one event per run of rows is on a source's hot path.
+        s = _SET
+        s["table"](self, table)
+        s["op"](self, op)
+        s["before"](self, None)
+        s["after"](self, BlockRow(block, stop - 1))
+        s["position"](self, SourcePosition(source, (*prefix, first_seq + stop - start - 1)))
+        s["schema_"](self, schema)
+        s["ts_ms"](self, ts_ms)
+        s["tx_id"](self, tx_id)
+        s["last_in_tx"](self, last_in_tx)
+        s["error"](self, None)
+        s["block"](self, block)
+        s["start"](self, start)
+        s["stop"](self, stop)
+        s["prefix"](self, prefix)
+        s["first_seq"](self, first_seq)
 
     @property
     def rows(self) -> int:
@@ -217,6 +224,13 @@ class BlockEvent(ChangeEvent):
     def __repr__(self) -> str:
         return (f"BlockEvent(table={self.table!r}, op={self.op.value!r}, rows={self.rows}, first={self.first_position!s}, "
                 f"last={self.position!s})")  # fmt: skip
+
+
+# The slots' setters of a block event, by name (its own and ChangeEvent's): they bypass the
+# immutable classes' ``__setattr__``.
+_SET: dict[str, Any] = {
+    n: getattr(cls, n).__set__ for cls in (ChangeEvent, BlockEvent) for n in cls.__slots__
+}
 
 
 def row_count(ev: ChangeEvent) -> int:

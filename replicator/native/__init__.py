@@ -4,6 +4,8 @@ builders: bytes in, column buffers out, no I/O; they release the GIL on large in
 
 * ``binlog_rows``: binlog rows events' row images -> Arrow column buffers (the MySQL source,
   ``sources/mysql/rowarrow.py``).
+* ``pgoutput_rows``: runs of pgoutput Insert/Update/Delete messages split into text columns
+  (the Postgres change blocks, ``sources/postgres/change_block.py``).
 * ``text_rows``: a text-protocol result set's row packets framed and split into columns (the
   MySQL snapshot, ``sources/mysql/rawchunk.py``).
 
@@ -20,7 +22,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-MODULES = ("binlog_rows", "text_rows")
+MODULES = ("binlog_rows", "pgoutput_rows", "text_rows")
 _loaded: dict[str, ModuleType | None] = {}
 _why: dict[str, str] = {}
 _noted: set[str] = set()

@@ -3,9 +3,10 @@ into Arrow: the new tuples' columns (a delete's row null), and when the run mixe
 carries old-key ('K') tuples, an op per row and the old tuples' key columns.
 
 The per-row path (``pgoutput._tuple`` + ``RowConverter``) splits every message in Python and
-converts value by value. Here the messages are joined into one buffer and split with numpy,
-one column at a time across all messages (a column's offset in each message follows from the
-previous column's length). Each column is typed as the per-value converter would: text
+converts value by value. Here the messages are split into text columns in one pass in C
+(``replicator.native.pgoutput_rows``, without the GIL) or, in a checkout where it is not
+built, with numpy: joined into one buffer, one column at a time across all messages (a
+column's offset in each message follows from the previous column's length). Each column is typed as the per-value converter would: text
 kept as text; the types whose converter pyarrow's parsers reproduce exactly (``direct_type``,
 the ones a snapshot chunk's CSV parse reads directly: ints, floats, exact decimals, dates,
 timestamps) cast from the text by Arrow, booleans compared with 't'; any other column
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replicator import native
 from replicator.events.types import arrow_type
 from replicator.sources.postgres.types import (
     Converter,
@@ -67,6 +69,7 @@ def direct_type(conv: Converter | None, engine: str) -> pa.DataType | None:
     return pa.float64() if engine == "float" else arrow_type(engine)
 
 
+PGOUTPUT_ROWS = "pgoutput_rows"  # the compiled split (replicator.native)
 _T, _N = ord("t"), ord("n")
 _I, _U, _D, _K, _NEW = ord("I"), ord("U"), ord("D"), ord("K"), ord("N")
 _BOOL_TEXT = pa.array(["t", "f"], pa.large_string())
@@ -96,39 +99,81 @@ def change_block(
     if rows is None or not msgs:
         return None
     try:
-        split = _split(msgs, len(rows.names))
+        split = _split_native(msgs, len(rows.names), key_idx)
+        if split is _NO_NATIVE:
+            split = _split_numpy(msgs, len(rows.names), key_idx)
         if split is None:
             return None
-        arr, cols, old, codes = split
-        after = _columns(arr, cols, rows, engine_types, range(len(cols)))
+        texts, old_texts, ops = split
+        after = _columns(texts, rows, engine_types, range(len(texts)))
         if after is None:
             return None
-        if codes is None:
-            return ChangeColumns(after, None, None)
         keys = None
-        if old is not None:
-            if not key_idx or any((old.has & ~old.cols[i][0]).any() for i in key_idx):
-                return None  # a null in an old key: the per-row path decides
-            keys = _columns(arr, old.cols, rows, engine_types, key_idx)
+        if old_texts is not None:
+            keys = _columns(old_texts, rows, engine_types, key_idx)
             if keys is None:
                 return None
     except _FAILED:
         return None
-    return ChangeColumns(after, _ops(codes), keys)
+    return ChangeColumns(after, ops, keys)
+
+
+# A run split into text columns (not UTF-8-checked): the new tuples' columns, the old-key
+# tuples' key columns (None: no row has one), each row's op (None: one kind, no old keys).
+Split = tuple[list[pa.Array], list[pa.Array] | None, pa.Array | None]
+_NO_NATIVE: Any = object()
+
+
+def _split_native(msgs: Sequence[bytes], ncols: int, key_idx: Sequence[int]) -> Split | None:
+    """``_split_numpy`` in C (``replicator.native.pgoutput_rows``, same rules), or
+    ``_NO_NATIVE`` when the compiled module is not built."""
+    mod = native.load(PGOUTPUT_ROWS)
+    if mod is None:
+        native.note_missing(PGOUTPUT_ROWS, "Postgres change blocks are split")
+        return _NO_NATIVE  # type: ignore[no-any-return]
+    got = mod.split(msgs if type(msgs) is list else list(msgs), ncols, tuple(key_idx))
+    if got is None:
+        return None
+    new, old, codes = got
+    n = len(msgs)
+    texts = [_from_buffers(n, b) for b in new]
+    old_texts = None if old is None else [_from_buffers(n, b) for b in old]
+    ops = None if codes is None else _ops(np.frombuffer(codes, np.uint8))
+    return texts, old_texts, ops
+
+
+def _from_buffers(n: int, buffers: tuple[bytes, bytes, bytes, int]) -> pa.Array:
+    valid, offsets, data, nulls = buffers
+    return pa.Array.from_buffers(
+        pa.large_string(), n, [pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=nulls,
+    )  # fmt: skip
+
+
+def _split_numpy(msgs: Sequence[bytes], ncols: int, key_idx: Sequence[int]) -> Split | None:
+    """The pure-Python split (numpy), for a checkout without the compiled module."""
+    split = _split(msgs, ncols)
+    if split is None:
+        return None
+    arr, cols, old, codes = split
+    texts = [_text(arr, *col) for col in cols]
+    old_texts = None
+    if old is not None:
+        if not key_idx or any((old.has & ~old.cols[i][0]).any() for i in key_idx):
+            return None  # a null in an old key: the per-row path decides
+        old_texts = [_text(arr, *old.cols[i]) for i in key_idx]
+    return texts, old_texts, None if codes is None else _ops(codes)
 
 
 def _columns(
-    arr: np.ndarray, cols: list[Column], rows: RowConverter, engine_types: Sequence[str],
-    which: Sequence[int],
-) -> pa.Table | None:  # fmt: skip
+    texts: list[pa.Array], rows: RowConverter, engine_types: Sequence[str], which: Sequence[int]
+) -> pa.Table | None:
+    """Text columns (``texts[k]`` is column ``which[k]``) in their engine types."""
     arrays: list[pa.Array] = []
-    for i in which:
-        (is_t, start, length), conv, engine = cols[i], rows.converters[i], engine_types[i]
+    for text, i in zip(texts, which, strict=True):
+        conv, engine = rows.converters[i], engine_types[i]
         direct = direct_type(conv, engine)
-        if conv is not None and direct is not None:
-            col = _cast(_text(arr, is_t, start, length, check=False), direct)
-        else:
-            col = _other(arr, is_t, start, length, conv, engine)
+        col = _cast(text, direct) if conv is not None and direct is not None else _other(text, conv, engine)
         if col is None:
             return None
         arrays.append(col)
@@ -237,9 +282,9 @@ def _gather(arr: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.
     return arr[idx], offsets
 
 
-def _text(arr: np.ndarray, is_t: np.ndarray, start: np.ndarray, length: np.ndarray, check: bool = True) -> pa.Array:
-    """The values as text; ``check``: UTF-8 checked (a column cast to a number or date
-    refuses bytes that are not its text anyway)."""
+def _text(arr: np.ndarray, is_t: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The values as text, not UTF-8-checked (``_other`` checks the columns kept as text; a
+    column cast to a number or date refuses bytes that are not its text anyway)."""
     data, offsets = _gather(arr, start, length)
     n = len(is_t)
     valid = pa.py_buffer(np.packbits(is_t, bitorder="little"))
@@ -247,25 +292,19 @@ def _text(arr: np.ndarray, is_t: np.ndarray, start: np.ndarray, length: np.ndarr
         pa.large_string(), n, [valid, pa.py_buffer(offsets), pa.py_buffer(data)],
         null_count=n - int(is_t.sum()),
     )  # fmt: skip
-    if check:
-        out.validate(full=True)  # UTF-8, as the per-row path's decode() requires
     return out
 
 
-def _other(
-    arr: np.ndarray,
-    is_t: np.ndarray,
-    start: np.ndarray,
-    length: np.ndarray,
-    conv: object,
-    engine: str,
-) -> pa.Array | None:
-    """A column kept as text, or converted per value by the per-row path's converter."""
+def _other(text: pa.Array, conv: object, engine: str) -> pa.Array | None:
+    """A column kept as text (UTF-8 checked, as the per-row path's decode() requires), or
+    converted per value by the per-row path's converter."""
     target = arrow_type(engine)
+    if conv is None and target != pa.large_string():
+        return None
+    text.validate(full=True)
     if conv is None:
-        return _text(arr, is_t, start, length) if target == pa.large_string() else None
-    values = _text(arr, is_t, start, length).to_pylist()
-    return pa.array([None if v is None else conv(v) for v in values], target)  # type: ignore[operator]
+        return text
+    return pa.array([None if v is None else conv(v) for v in text.to_pylist()], target)  # type: ignore[operator]
 
 
 def _cast(text: pa.Array, direct: pa.DataType) -> pa.Array | None:
