@@ -323,14 +323,14 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
         out.extend(asm.flush_run())
         return sum(map(row_count, out))
 
-    native_split = change_block._split_native
+    compiled = change_block._compiled
     labels = ["collector at CPython's defaults", "collector as the engine's run sets it"]
     if blocks:
         labels.append("collector as the engine's run sets it, blocks split by numpy")
     for label in labels:
         best, n = float("inf"), 0
         if "numpy" in label:
-            change_block._split_native = lambda *a: change_block._NO_NATIVE  # type: ignore[assignment]
+            change_block._compiled = lambda: None  # type: ignore[assignment]
         try:
             for _ in range(repeat):
                 gc.collect()
@@ -339,7 +339,7 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
                     n = run()
                     best = min(best, time.process_time() - t0)
         finally:
-            change_block._split_native = native_split  # type: ignore[assignment]
+            change_block._compiled = compiled  # type: ignore[assignment]
         shape = "bulk inserts" if bulk else f"mixed over {tables} table(s)"
         print(f"reader path ({shape}, change_blocks={blocks}), {label}: {n:,} events, best of {repeat}: {best:.3f} CPU-s = "
               f"{n / best:,.0f} events per CPU-second")  # fmt: skip

@@ -6,8 +6,8 @@ The per-row path (``pgoutput._tuple`` + ``RowConverter``) splits every message i
 converts value by value. Here the messages are split into text columns in one pass in C
 (``replicator.native.pgoutput_rows``, without the GIL) or, in a checkout where it is not
 built, with numpy: joined into one buffer, one column at a time across all messages (a
-column's offset in each message follows from the previous column's length). Each column is typed as the per-value converter would: text
-kept as text; the types whose converter pyarrow's parsers reproduce exactly (``direct_type``,
+column's offset in each message follows from the previous column's length). Each column is
+typed as the per-value converter would: text kept as text; the types whose converter pyarrow's parsers reproduce exactly (``direct_type``,
 the ones a snapshot chunk's CSV parse reads directly: ints, floats, exact decimals, dates,
 timestamps) cast from the text by Arrow, booleans compared with 't'; any other column
 converted per value by the same converter. A cast has no fixed cost to speak of (a CSV parse
@@ -24,6 +24,7 @@ per-row way, which decides each row exactly as before (dead letters included).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -99,9 +100,12 @@ def change_block(
     if rows is None or not msgs:
         return None
     try:
-        split = _split_native(msgs, len(rows.names), key_idx)
-        if split is _NO_NATIVE:
+        mod = _compiled()
+        if mod is None:
+            native.note_missing(PGOUTPUT_ROWS, "Postgres change blocks are split")
             split = _split_numpy(msgs, len(rows.names), key_idx)
+        else:
+            split = _split_native(mod, msgs, len(rows.names), key_idx)
         if split is None:
             return None
         texts, old_texts, ops = split
@@ -121,16 +125,15 @@ def change_block(
 # A run split into text columns (not UTF-8-checked): the new tuples' columns, the old-key
 # tuples' key columns (None: no row has one), each row's op (None: one kind, no old keys).
 Split = tuple[list[pa.Array], list[pa.Array] | None, pa.Array | None]
-_NO_NATIVE: Any = object()
 
 
-def _split_native(msgs: Sequence[bytes], ncols: int, key_idx: Sequence[int]) -> Split | None:
-    """``_split_numpy`` in C (``replicator.native.pgoutput_rows``, same rules), or
-    ``_NO_NATIVE`` when the compiled module is not built."""
-    mod = native.load(PGOUTPUT_ROWS)
-    if mod is None:
-        native.note_missing(PGOUTPUT_ROWS, "Postgres change blocks are split")
-        return _NO_NATIVE  # type: ignore[no-any-return]
+def _compiled() -> ModuleType | None:
+    """The compiled split, or None when it is not built here."""
+    return native.load(PGOUTPUT_ROWS)
+
+
+def _split_native(mod: ModuleType, msgs: Sequence[bytes], ncols: int, key_idx: Sequence[int]) -> Split | None:
+    """``_split_numpy`` in C (``mod``: ``replicator.native.pgoutput_rows``, same rules)."""
     got = mod.split(msgs if type(msgs) is list else list(msgs), ncols, tuple(key_idx))
     if got is None:
         return None
