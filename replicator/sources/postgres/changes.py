@@ -77,6 +77,8 @@ class RelState:
     # Its deletes and key-sending updates may join a block (a table with a key: a keyless
     # table names a row by its whole old image, which a block does not carry).
     keyed: bool = False
+    # What it was built from (stream relations): the Relation message and the table's info.
+    origin: Any = None
 
 
 def build_rel(
@@ -90,6 +92,10 @@ def build_rel(
         table, True, schema, RowConverter(names, [m.convert for m in maps]),
         tuple(names.index(k) for k in key), tuple(c[1] for c in columns),
     )  # fmt: skip
+
+
+def _qualified(msg: Relation) -> str:
+    return f"{msg.namespace or 'pg_catalog'}.{msg.name}"
 
 
 def key_for(
@@ -289,6 +295,8 @@ class ChangeAssembler:
                     tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
                 self._group.mark(msg, tx)
                 return
+            if isinstance(msg, Relation) and self._unchanged(msg):
+                return  # the group goes on: nothing changes for its kept changes
             yield from self._flush()
         if t is Insert or t is Update or t is Delete:
             tx = self._tx
@@ -313,17 +321,26 @@ class ChangeAssembler:
                 yield ev
         elif t is Relation:
             assert isinstance(msg, Relation)
-            self._rels[msg.relid] = self._relation(msg)
+            if not self._unchanged(msg):
+                self._rels[msg.relid] = self._relation(msg)
         elif t is Truncate:
             assert isinstance(msg, Truncate)
             yield from self._truncate(msg)
         # Origin, Type and Message carry nothing the engine needs.
 
+    def _unchanged(self, msg: Relation) -> bool:
+        """Postgres re-sends a relation as it is after any invalidation of it (each
+        autoanalyze of a busy table): its state stays, and the poll's kept changes stay one
+        group (a changed one hands the group out: its kept rows may go row by row, decoded
+        with the relation they came under)."""
+        known = self._rels.get(msg.relid)
+        return known is not None and known.origin == (msg, self.tables.get(_qualified(msg)))
+
     def _relation(self, msg: Relation) -> RelState:
-        table = f"{msg.namespace or 'pg_catalog'}.{msg.name}"
+        table = _qualified(msg)
         info = self.tables.get(table)
         if info is None:  # published (e.g. FOR ALL TABLES) but not selected
-            return RelState(table, False)
+            return RelState(table, False, origin=(msg, None))
         names = [c.name for c in msg.columns]
         flagged = tuple(c.name for c in msg.columns if c.is_key)
         key = key_for(info, names, flagged, msg.replica_identity)
@@ -331,6 +348,7 @@ class ChangeAssembler:
             self.mapper, table, [(c.name, c.type_oid, c.typmod) for c in msg.columns], key
         )
         rel.keyed = bool(info.key_columns)
+        rel.origin = (msg, info)
         return rel
 
     def _change(self, msg: Any, tx: _Tx, idx: int, msg_len: int) -> Pending | None:

@@ -88,6 +88,9 @@ def _stream(seed: int) -> list[bytes]:
                 )
             elif r < 0.95:
                 msgs.append(kit.truncate([rel]))
+            elif r < 0.975:  # re-sent as it is (Postgres does after an invalidation)
+                i = rel - 16400
+                msgs.append(kit.relation(rel, "public", f"t{i}", WIDER if wide[rel] else COLS))
             else:
                 wide[rel] = not wide[rel]
                 i = rel - 16400
@@ -194,6 +197,41 @@ def test_a_poll_spread_over_many_tables_is_one_block_per_table() -> None:
     assert all(type(ev) is BlockEvent for ev in got)
     assert len({id(ev.block) for ev in got}) == 100
     assert [int(ev.after["id"]) for ev in row_events(got)] == list(range(20_000))
+
+
+def test_a_relation_sent_again_between_kept_changes_keeps_one_block_per_table() -> None:
+    """Postgres re-sends a Relation message after any invalidation of the table (each
+    autoanalyze of a busy one): unchanged, it neither ends the poll's group (before: every
+    Relation message handed the group out, its tables' few rows each row by row) nor builds
+    the relation again; changed (a new column), the rows after it take the new schema."""
+    row = ["2", None, "s", "1.50", "1.5", "t", None]
+    msgs = [kit.relation(16400 + i, "public", f"t{i}", COLS) for i in range(2)]
+    msgs.append(kit.begin(0x1000, 1, 100))
+    for k in range(400):
+        if k % 50 == 25:
+            msgs.append(kit.relation(16400 + k % 2, "public", f"t{k % 2}", COLS))
+        msgs.append(kit.insert(16400 + k % 2, [str(k), *row]))
+    commit = kit.commit(0x1000, 0x1008, 1)
+    got = _run([*msgs, commit], 64, {})[0]
+    assert all(type(ev) is BlockEvent for ev in got)
+    assert len({id(ev.block) for ev in got}) == 2
+    assert [int(ev.after["id"]) for ev in row_events(got)] == list(range(400))
+
+    asm = ChangeAssembler(
+        tables=TABLES, mapper=TypeMapper(None), committed={}, toast=RowCache(1 << 20),
+        stats=SourceStats(), dead_letters=_Sink(), fetch_current=lambda *a: None,
+    )  # fmt: skip
+    states = set()
+    for m in msgs[:2] + [kit.relation(16400, "public", "t0", COLS)] * 3:
+        list(asm.handle(decode(m), len(m)))
+        states.add(id(asm._rels[16400]))
+    assert len(states) == 1  # built once
+
+    wider = [*msgs, kit.relation(16400, "public", "t0", WIDER), kit.insert(16400, ["400", *row, "2024-01-01"]), commit]
+    plain, _d, _s, ends, _l = _run(wider, 0, {})
+    got, _d, _s, blocks_ends, _l = _run(wider, 64, {})
+    assert [_plain(e) for e in row_events(got)] == [_plain(e) for e in plain] and blocks_ends == ends
+    assert row_events(got)[-1].after["extra"] is not None
 
 
 def test_a_group_goes_out_once_its_tables_have_a_block_each() -> None:
