@@ -295,9 +295,8 @@ class ChangeAssembler:
                     tx = _Tx(msg.final_lsn, str(msg.xid), (msg.commit_ts + PG_EPOCH_US) // 1000)
                 self._group.mark(msg, tx)
                 return
-            if isinstance(msg, Relation) and self._unchanged(msg):
-                return  # the group goes on: nothing changes for its kept changes
-            yield from self._flush()
+            if not (isinstance(msg, Relation) and self._keeps_group(msg)):
+                yield from self._flush()
         if t is Insert or t is Update or t is Delete:
             tx = self._tx
             if tx is None:
@@ -330,11 +329,16 @@ class ChangeAssembler:
 
     def _unchanged(self, msg: Relation) -> bool:
         """Postgres re-sends a relation as it is after any invalidation of it (each
-        autoanalyze of a busy table): its state stays, and the poll's kept changes stay one
-        group (a changed one hands the group out: its kept rows may go row by row, decoded
-        with the relation they came under)."""
+        autoanalyze of a busy table): its state stays."""
         known = self._rels.get(msg.relid)
         return known is not None and known.origin == (msg, self.tables.get(_qualified(msg)))
+
+    def _keeps_group(self, msg: Relation) -> bool:
+        """The poll's kept changes stay one group past this Relation message: it is new (no
+        kept change is of it; each table's first one comes with its first change) or
+        unchanged. A changed one hands the group out first: a kept change may go row by row,
+        decoded with the relation it came under."""
+        return msg.relid not in self._rels or self._unchanged(msg)
 
     def _relation(self, msg: Relation) -> RelState:
         table = _qualified(msg)
