@@ -204,6 +204,10 @@ class ControlledSource(ChangeSource):
     def behind(self) -> bool:
         return self.inner is not None and self.inner.behind
 
+    @property
+    def receiving(self) -> bool:
+        return self.inner is not None and self.inner.receiving
+
     # What the pipeline's reader and run loop ask a source besides the ChangeSource calls:
     # forwarded, so the engine runs as it does on the real source (without
     # ``snapshot_blocks`` a snapshot chunk reached the pipeline as one event per row, and the

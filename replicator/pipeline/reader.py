@@ -162,9 +162,11 @@ class SourceReader:
         return None
 
     def events_waiting(self) -> bool:
-        """Changes were handed over that the run loop has not taken yet (an idle
-        maintenance slice then stops starting steps)."""
-        return self._events_put > self._events_taken
+        """Changes were handed over that the run loop has not taken yet, or the source has
+        read some it has not handed out (an idle maintenance slice then stops starting
+        steps: a burst after a quiet stretch is decoded a group at a time, and a slice over
+        100 tables could otherwise take its health and orphan steps, ~0.65 s, meanwhile)."""
+        return self._events_put > self._events_taken or self.source.receiving
 
     def acknowledge(self, position: SourcePosition) -> None:
         """Everything up to ``position`` is durable; the reader tells the source."""

@@ -131,6 +131,15 @@ class ChangeSource(ABC):
         (``pipeline.batcher``). False: caught up, or not known."""
         return False
 
+    @property
+    def receiving(self) -> bool:
+        """Changes were read that ``poll()`` has not handed out yet (read from the run loop's
+        thread: a momentary misread only moves an idle maintenance slice's cut-off by a
+        step). The first changes after a quiet stretch are decoded (for Postgres, a group of
+        up to tens of thousands of rows) before anything is handed out. False: none, or not
+        known."""
+        return False
+
     def retained_log(self, acknowledged: SourcePosition | None) -> RetainedLog | None:
         """What the server retains for this engine, measured on a connection of its own
         (callable from any thread); None when the source has no such log (files).

@@ -171,6 +171,11 @@ class ChangeAssembler:
         return self._tx is None and self._pending is None and not self._group.seq
 
     @property
+    def keeping(self) -> bool:
+        """Changes are kept for blocks, not handed out yet (read from another thread)."""
+        return bool(self._group.seq)
+
+    @property
     def in_transaction(self) -> bool:
         return (self._group.tx if self._group.seq else self._tx) is not None
 

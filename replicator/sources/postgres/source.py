@@ -577,6 +577,14 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
 
     # -- introspection --------------------------------------------------------------------------
     @property
+    def receiving(self) -> bool:
+        """Changes are kept for blocks (a poll reads a group of them before handing any out).
+        Not an open transaction as such: while the walsender is silent inside a large one
+        (decoding it), idle maintenance has the time."""
+        asm = self._asm
+        return asm is not None and asm.keeping
+
+    @property
     def behind(self) -> bool:
         """A backlog is being read: the last poll stopped at its message cap or a full group
         of changes went out, and no keepalive or silence came since (the walsender sends a

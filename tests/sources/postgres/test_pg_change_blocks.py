@@ -239,6 +239,25 @@ def test_a_relation_sent_again_between_kept_changes_keeps_one_block_per_table() 
     assert row_events(got)[-1].after["extra"] is not None
 
 
+def test_keeping_while_changes_wait_for_their_block() -> None:
+    """``keeping`` (the source's ``receiving``): changes read, none handed out yet; not while
+    a transaction is merely open (a silent walsender decoding a large one)."""
+    asm = ChangeAssembler(
+        tables=TABLES, mapper=TypeMapper(None), committed={}, toast=RowCache(1 << 20),
+        stats=SourceStats(), dead_letters=_Sink(), fetch_current=lambda *a: None,
+    )  # fmt: skip
+    asm.change_blocks = 1
+    row = ["1", "2", None, "s", "1.50", "1.5", "t", None]
+    for m in (kit.relation(16400, "public", "t0", COLS), kit.begin(0x1000, 1, 100)):
+        list(asm.handle(decode(m), len(m)))
+    assert not asm.keeping and asm.in_transaction
+    m = kit.insert(16400, row)
+    assert asm.keep_raw(m) or list(asm.change_raw(m)) == []
+    assert asm.keeping
+    assert [e.rows for e in asm.flush_run()] == []  # held back: is it the transaction's last?
+    assert not asm.keeping and asm.in_transaction
+
+
 def test_a_group_goes_out_once_its_tables_have_a_block_each() -> None:
     """One table: out at GROUP_MIN_ROWS (the engine waits for a group, so no later); 100
     tables: at GROUP_ROWS_PER_TABLE each on average; never past GROUP_MAX_ROWS."""
