@@ -172,7 +172,10 @@ class ChangeAssembler:
 
     @property
     def keeping(self) -> bool:
-        """Changes are kept for blocks, not handed out yet (read from another thread)."""
+        """Changes are kept for blocks, none handed out yet (read from another thread: the
+        source's ``receiving``; a poll reads a group of them before handing any out). Not an
+        open transaction as such: while the walsender is silent inside a large one (decoding
+        it), idle maintenance has the time."""
         return bool(self._group.seq)
 
     @property

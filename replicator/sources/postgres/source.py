@@ -364,12 +364,10 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         return wal_head(self.dsn)
 
     def reached_position(self) -> LogPosition | None:
-        """Called between (or after) polls on the reader thread. No transaction is in flight:
-        the stream's WAL end (a keepalive's position, or the end of the last commit sent) has
-        every transaction committed before it sent, because the walsender sends transactions
-        whole, in commit order (a streamed one is handed out at its Stream Commit, in that
-        order too; its earlier blocks hand out nothing). A silent stream (the walsender
-        decoding a large transaction) does not move it: that is not "caught up"."""
+        """Between (or after) polls, reader thread. With no transaction in flight, the stream's
+        WAL end (a keepalive's, or the last commit's end) has every transaction committed
+        before it: the walsender sends them whole, in commit order (a streamed one at its
+        Stream Commit). A silent stream (decoding a large transaction) does not move it."""
         asm, stream = self._asm, self._stream
         if self._cursor is not None or asm is None:
             return None
@@ -578,18 +576,12 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
     # -- introspection --------------------------------------------------------------------------
     @property
     def receiving(self) -> bool:
-        """Changes are kept for blocks (a poll reads a group of them before handing any out).
-        Not an open transaction as such: while the walsender is silent inside a large one
-        (decoding it), idle maintenance has the time."""
-        asm = self._asm
-        return asm is not None and asm.keeping
+        return self._asm is not None and self._asm.keeping  # changes kept for blocks
 
     @property
     def behind(self) -> bool:
-        """A backlog is being read: the last poll stopped at its message cap or a full group
-        of changes went out, and no keepalive or silence came since (the walsender sends a
-        keepalive when it waits for WAL). The run loop keeps a batch open past its linger
-        meanwhile (``pipeline.batcher``); read from the reader thread."""
+        """The last poll stopped at its message cap or a full group of changes went out, and
+        no keepalive (the walsender waits for WAL) or silence came since (reader thread)."""
         return self._behind or (self._asm is not None and self._asm.filled)
 
     @property
