@@ -265,13 +265,13 @@ class ChangeAssembler:
             key = id(rel)
             start, got = at[key], blocks[key]
             at[key] = start + n
-            msgs = group.msgs[key][1][start : start + n]
-            if got is BY_RUN:  # its runs one by one (one of them refuses)
-                got, start = decode_run(rel, msgs) if n >= self.change_blocks else None, 0
-            if got is None:
-                for data in msgs:
-                    yield from self.handle(decode(data), len(data))
-                continue
+            if got is BY_RUN or got is None:  # its runs one by one (one of them refuses)
+                msgs = group.msgs[key][1][start : start + n]
+                got, start = decode_run(rel, msgs) if got is BY_RUN and n >= self.change_blocks else None, 0
+                if got is None:
+                    for data in msgs:
+                        yield from self.handle(decode(data), len(data))
+                    continue
             tx = self._tx
             assert tx is not None
             for at_row in range(start, start + n, EVENT_MAX_ROWS):
