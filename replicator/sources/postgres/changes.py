@@ -265,7 +265,9 @@ class ChangeAssembler:
             key = id(rel)
             start, got = at[key], blocks[key]
             at[key] = start + n
-            if got is BY_RUN or got is None:  # its runs one by one (one of them refuses)
+            # No block for the relation (too few rows), or its block refused (BY_RUN: its runs
+            # one by one); what still does not decode goes row by row.
+            if got is BY_RUN or got is None:
                 msgs = group.msgs[key][1][start : start + n]
                 got, start = decode_run(rel, msgs) if got is BY_RUN and n >= self.change_blocks else None, 0
                 if got is None:
