@@ -63,8 +63,9 @@ class Timings:
     table_batches: int = 0
     events_applied: int = 0
     generation: int = 0  # bumped by reset: lets a poll in flight tell its phase was restarted
-    # Monotonic start of the first poll since ``reset`` that handed out an event: a phase's
-    # rate "after start-up" runs from there (Spark, catalog and slot set-up left out).
+    # Monotonic start of the first poll since ``reset`` that handed out an event (for a poll
+    # begun before ``reset``, when it handed its first one over): a phase's rate "after
+    # start-up" runs from there (Spark, catalog and slot set-up left out).
     first_read: float | None = None
     # Maintenance slices as (monotonic end, seconds): a phase counts those that ended by its
     # last commit (a slice after it, e.g. once the backlog is read, is outside its wall).
