@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.pg_majors import pg_test_majors
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -88,14 +90,6 @@ def pg_server() -> Iterator[PrivatePostgres]:
             yield pg
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def pg_test_majors() -> list[int]:
-    """The Postgres major versions the version-sensitive tests run on: ``$REPLICATOR_TEST_PG_VERSIONS``
-    (e.g. ``15,18``; ``make test`` runs Debian's 15 and the newest, ``make test-long`` 14-18),
-    default Debian's 15 alone."""
-    raw = os.environ.get("REPLICATOR_TEST_PG_VERSIONS", "").strip() or "15"
-    return [int(v) for v in raw.replace(" ", "").split(",") if v]
 
 
 @pytest.fixture(scope="session", params=pg_test_majors(), ids=lambda major: f"pg{major}")

@@ -23,8 +23,14 @@ from tests.e2e.pg_support import iceberg_metadata, load, write_config
 from tests.e2e.test_postgres_position_mode import equality_deletes_in_history
 from tests.e2e.test_postgres_replication import assert_tables_equal
 from tests.judges import assert_no_duplicate_data_files
+from tests.pg_majors import pg_matrix_majors
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.spark, pytest.mark.integration,
+    # make test: the newest Postgres only (about 70 s less); make test-long: every version
+    pytest.mark.parametrize("pg_versioned_server", pg_matrix_majors(), indirect=True,
+                            ids=lambda major: f"pg{major}"),
+]
 
 
 def engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
