@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config import load_config, redact_dsn
+from replicator.config import CLUSTER_DRIVER_MAX_ROWS, load_config, redact_dsn
 from replicator.errors import ConfigError
 
 
@@ -381,6 +381,25 @@ def test_table_parallelism_defaults_to_one_task_and_is_validated(tmp_path: Path)
     for bad in ("0", "-1", "1000", "two"):
         with pytest.raises(ConfigError, match="table_parallelism"):
             load_config(_write(tmp_path, base + f"spark: {{table_parallelism: {bad}}}\n"))
+
+def test_driver_max_rows_unset_is_the_whole_batch_on_a_local_spark_only(tmp_path: Path) -> None:
+    base = 'source: {type: debezium-json, path: in}\niceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
+
+    def rows(extra: str) -> int:
+        return load_config(_write(tmp_path, base + extra)).driver_max_rows
+
+    assert rows("") == 200_000  # 2 x batch.max_events
+    assert rows("batch: {max_events: 20000}\n") == 40_000
+    assert rows("batch: {max_events: 700}\n") == CLUSTER_DRIVER_MAX_ROWS  # never below it
+    assert rows("spark: {master: 'local[4]'}\n") == 200_000
+    cluster = "spark: {master: 'spark://h:7077', staging: 's3://b/p'}\n"
+    assert rows(cluster) == CLUSTER_DRIVER_MAX_ROWS
+    assert rows("spark: {table_parallelism: 2}\n") == CLUSTER_DRIVER_MAX_ROWS  # the split is Spark's
+    assert rows("spark: {driver_max_rows: 0}\n") == 0
+    assert rows(cluster.replace("}", ", driver_max_rows: 123}")) == 123
+    with pytest.raises(ConfigError, match="driver_max_rows"):
+        rows("spark: {driver_max_rows: -1}\n")
+
 
 def test_keyless_tables_are_validated(tmp_path: Path) -> None:
     base = 'iceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh%s}\n'

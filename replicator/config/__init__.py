@@ -265,6 +265,10 @@ class BatchConfig(_Strict):
     stage_every_events: Annotated[int, Field(gt=0)] | None = None
 
 
+# spark.driver_max_rows when unset on a cluster: batches up to this many changes skip the job.
+CLUSTER_DRIVER_MAX_ROWS = 10_000
+
+
 class SparkConfig(_Strict):
     """Where the apply stage runs: a local Spark (default) or a cluster the user runs."""
 
@@ -280,13 +284,16 @@ class SparkConfig(_Strict):
         description="where staged batches go; on a cluster a location every executor reads: "
         "s3://bucket/prefix or file:///path on a filesystem every node mounts",
     )
-    driver_max_rows: int = Field(
-        default=10_000, ge=0,
+    driver_max_rows: int | None = Field(
+        default=None, ge=0,
         description="a batch of at most this many changes (all tables) is applied in the engine's "
-        "own process by the same stage code, without a Spark job: a job's fixed cost (about 0.3 s) "
-        "is most of a small batch's time, so this bounds commit-to-visible lag under a steady "
-        "trickle; larger batches (backlogs) run on Spark, except a table's part that is plain "
-        "snapshot reads (only appended: written here whatever its size); 0: every batch on Spark",
+        "own process by the same stage code, without a Spark job; larger batches run on Spark, "
+        "except a table's part that is plain snapshot reads (only appended: written here whatever "
+        "its size); 0: every batch on Spark. Unset: every batch (up to 2 x batch.max_events) on a local "
+        "Spark (its executors share this machine's cores, and the job's staging, JVM read and "
+        "Arrow transfer cost more than they save: 1.4-1.8x the changes/s on 2 cores), "
+        f"{CLUSTER_DRIVER_MAX_ROWS:,} on a cluster or with table_parallelism > 1 (a job's fixed "
+        "cost, ~0.3 s, is most of a small batch's time)",
     )
     table_parallelism: int = Field(
         default=1, ge=1, le=256,
@@ -380,6 +387,18 @@ class RunConfig(_Strict):
     maintenance: MaintenanceConfig = Field(default_factory=lambda: MaintenanceConfig.model_validate({}))
     state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
+
+    @property
+    def driver_max_rows(self) -> int:
+        """``spark.driver_max_rows``, resolved when unset (see its description): every batch on a
+        local Spark whose tables are one task each, else ``CLUSTER_DRIVER_MAX_ROWS``."""
+        if self.spark.driver_max_rows is not None:
+            return self.spark.driver_max_rows
+        if self.spark.local and self.spark.table_parallelism == 1:
+            # Twice the batch: a batch closing a little past max_events stays here; a transaction
+            # staged in chunks (pipeline.spill) much larger than a batch still goes to Spark.
+            return max(2 * self.batch.max_events, CLUSTER_DRIVER_MAX_ROWS)
+        return CLUSTER_DRIVER_MAX_ROWS
 
     @property
     def dead_letter_path(self) -> Path:

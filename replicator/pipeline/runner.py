@@ -147,7 +147,7 @@ class Replicator:
             target_file_bytes=cfg.iceberg.target_file_bytes,
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
-            driver_max_rows=cfg.spark.driver_max_rows, table_parallelism=cfg.spark.table_parallelism,
+            driver_max_rows=cfg.driver_max_rows, table_parallelism=cfg.spark.table_parallelism,
             row_fill=self.source.needs_row_fill,
             chunk_store=self.chunk_store,
             indexes=position_indexes(cfg, self._spark),
