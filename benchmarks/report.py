@@ -190,7 +190,7 @@ def closing(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         f"phase {e['loadavg']}), {r['workload']['events']:,} changes of the mixed workload:",
         "",
     ]
-    rows = [["this engine (Spark, default config)", f"**{_f(rate)}**", "1.00x"]]
+    rows = [["this engine (default config: local Spark, batches applied in the driver)", f"**{_f(rate)}**", "1.00x"]]
     for b in bl.values():
         note = " (time cap hit: rate over the part done)" if b.get("capped") else ""
         note += f" (failed: {b['error']})" if b.get("error") else ""
