@@ -399,6 +399,10 @@ def test_driver_max_rows_unset_is_the_whole_batch_on_a_local_spark_only(tmp_path
     assert rows(cluster.replace("}", ", driver_max_rows: 123}")) == 123
     with pytest.raises(ConfigError, match="driver_max_rows"):
         rows("spark: {driver_max_rows: -1}\n")
+    said = load_config(_write(tmp_path, base)).describe_apply()
+    assert said.startswith("batches of up to 200,000 changes in this process (spark.driver_max_rows unset)")
+    said = load_config(_write(tmp_path, base + "spark: {driver_max_rows: 0}\n")).describe_apply()
+    assert said == "every batch by Spark (local Spark)"
 
 
 def test_keyless_tables_are_validated(tmp_path: Path) -> None:

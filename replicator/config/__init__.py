@@ -400,6 +400,15 @@ class RunConfig(_Strict):
             return max(2 * self.batch.max_events, CLUSTER_DRIVER_MAX_ROWS)
         return CLUSTER_DRIVER_MAX_ROWS
 
+    def describe_apply(self) -> str:
+        """Where the Spark engine applies batches, for the start-up log."""
+        rows, master = self.driver_max_rows, self.spark.master or "local Spark"
+        if rows == 0:
+            return f"every batch by Spark ({master})"
+        how = "spark.driver_max_rows" if self.spark.driver_max_rows is not None else "spark.driver_max_rows unset"
+        return (f"batches of up to {rows:,} changes in this process ({how}), larger ones by Spark "
+                f"({master}); plain snapshot reads in this process at any size")
+
     @property
     def dead_letter_path(self) -> Path:
         return self.state_dir / "dead_letters.jsonl"

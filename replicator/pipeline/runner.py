@@ -267,6 +267,8 @@ class Replicator:
         start = time.monotonic()
         where = self.cfg.source.location
         log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
+        if self.env.engine == "spark":
+            log.info("apply: %s", self.cfg.describe_apply())
         with state_lock(self.cfg.state_dir), run_thresholds():
             self._load_checkpoints()
             executor_chunk_reads(self.cfg, self.source, self.env.spark)  # before the snapshot starts
