@@ -382,6 +382,7 @@ def test_table_parallelism_defaults_to_one_task_and_is_validated(tmp_path: Path)
         with pytest.raises(ConfigError, match="table_parallelism"):
             load_config(_write(tmp_path, base + f"spark: {{table_parallelism: {bad}}}\n"))
 
+
 def test_driver_max_rows_unset_is_the_whole_batch_on_a_local_spark_only(tmp_path: Path) -> None:
     base = 'source: {type: debezium-json, path: in}\niceberg: {catalog_uri: "sqlite:///cat.db", warehouse: wh}\n'
 
