@@ -10,6 +10,9 @@ still exists (same process, same data):
     .venv/bin/python -m benchmarks.micro deleted-share   # random updates over a big table: rewrites vs threshold
     .venv/bin/python -m benchmarks.micro partitioned  # the apply stage's worker: unpartitioned
                                                       # vs day(created) + bucket(16, id) fan-out
+    .venv/bin/python -m benchmarks.micro describe     # a batch's files described for manifests:
+                                                      # footers kept by the writer vs read back
+                                                      # (local disk, and SeaweedFS S3)
 
 ``staging`` has no old path left in the tree: run it on an older checkout for the baseline
 (``git worktree add --detach /tmp/old <rev>``, then the same command there).
@@ -24,6 +27,7 @@ import decimal
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -345,9 +349,117 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
               f"{n / best:,.0f} events per CPU-second")  # fmt: skip
 
 
+def _describe_round(tables: list[Any], results: list[Any], kept: bool) -> float:
+    import dataclasses
+
+    from replicator.pipeline.written import describe
+
+    todo = [r if kept else dataclasses.replace(r, files=[dataclasses.replace(f, footer=None) for f in r.files])
+            for r in results]  # fmt: skip
+    t0 = time.perf_counter()
+    for t, r in zip(tables, todo, strict=True):
+        describe(t, r)
+    return time.perf_counter() - t0
+
+
+def _stage_files(table: Any, io_properties: dict[str, str], batch_id: str) -> Any:
+    """One table's part of a mixed batch as the stage writes it: a data file of 1,000 rows,
+    an equality-delete file (100 keys) and a position-delete file (50 rows)."""
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+    from replicator.storage.file_writer import TableFileWriter, WriterSpec
+    from spark.apply_stage import StageResult
+
+    spec = WriterSpec(data_location=f"{table.location()}/data", batch_id=batch_id,
+                      data_schema=schema_to_pyarrow(table.schema()),
+                      equality_schema=equality_delete_arrow_schema(table.schema(), [1]),
+                      position_schema=position_delete_arrow_schema(), io_properties=io_properties)  # fmt: skip
+    w = TableFileWriter(spec)
+    w.write_data(0, pa.Table.from_pylist(
+        [{"id": k, "name": f"name-{k}", "n": k * 7, "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}
+         for k in range(1000)], schema=spec.data_schema))  # fmt: skip
+    w.write_equality_deletes(pa.table({"id": pa.array(range(5000, 5100), pa.int64())}))
+    w.write_position_deletes(pa.table({"file_index": pa.array([0] * 50, pa.int32()),
+                                       "pos": pa.array(range(0, 500, 10), pa.int64())}))  # fmt: skip
+    return StageResult(files=w.close(), stats={})
+
+
+def _commit_one(table: Any, result: Any) -> None:
+    from replicator.iceberg.table_commit import commit_batch
+    from replicator.pipeline.written import describe
+
+    out = describe(table, result)
+    commit_batch(table, data_files=out.data, delete_files=out.deletes, snapshot_properties={})
+
+
+def describe_files(tables: int = 100, repeat: int = 5) -> None:
+    """One batch over ``tables`` tables (per table a data file of 1,000 rows, an equality-delete
+    and a position-delete file, as the mixed workload's batches write) described for the
+    manifests, with the footers the writer kept and by reading each footer back; wall seconds,
+    best of ``repeat``, alternated."""
+    import shutil
+
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+    from sample_dbs.object_store import PrivateSeaweed, weed_binary
+
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()),
+                    NestedField(3, "n", LongType()), NestedField(4, "at", TimestamptzType()),
+                    identifier_field_ids=[1])  # fmt: skip
+    base = Path(tempfile.mkdtemp(prefix="micro-describe-", dir="/var/tmp"))
+    stores: list[tuple[str, str, dict[str, str], Any]] = [("local disk", f"file://{base}/wh", {}, None)]
+    try:
+        weed_binary()
+        server = PrivateSeaweed(base / "weed").start()
+        stores.append(("SeaweedFS S3 + REST catalog (loopback)", "", server.catalog_properties(), server))
+    except FileNotFoundError as exc:
+        print(f"S3 left out: {exc}")
+    try:
+        for name, warehouse, props, _server in stores:
+            cat = (SqlCatalog("micro", uri=f"sqlite:///{base}/{len(name)}.db", warehouse=warehouse) if warehouse
+                   else load_catalog("micro", **props))  # fmt: skip
+            cat.create_namespace("db")
+            props = {k: v for k, v in props.items() if k.startswith("s3.")}
+            made = [cat.create_table(f"db.t{i}", schema) for i in range(tables)]
+            results = [_stage_files(t, props, "b1") for t in made]
+            best = {True: float("inf"), False: float("inf")}
+            for _ in range(repeat):
+                for kept in (False, True):
+                    best[kept] = min(best[kept], _describe_round(made, results, kept))
+            files = sum(len(r.files) for r in results)
+            print(f"{name}: {tables} tables, {files} files, best of {repeat}: footers read back "
+                  f"{best[False]:.3f} s ({best[False] / files * 1e3:.2f} ms a file), kept by the writer "
+                  f"{best[True]:.3f} s ({best[True] / files * 1e3:.2f} ms a file): {best[False] / best[True]:.1f}x")  # fmt: skip
+            # Then each table's row delta, one after another as the engine commits a batch's
+            # tables; and a second batch's by 4 threads (what committing tables concurrently
+            # would give: the engine does not).
+            t0 = time.perf_counter()
+            for t, r in zip(made, results, strict=True):
+                _commit_one(t, r)
+            serial = time.perf_counter() - t0
+            second = [_stage_files(t, props, "b2") for t in made]
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(_commit_one, made, second))
+            threaded = time.perf_counter() - t0
+            print(f"{name}: the {tables} tables' commits one after another {serial:.3f} s "
+                  f"({serial / tables * 1e3:.1f} ms a table); by 4 threads {threaded:.3f} s")
+    finally:
+        for *_rest, server in stores:
+            if server is not None:
+                server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader"])
+    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader",
+                                     "describe"])  # fmt: skip
     ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
     ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
     ap.add_argument("--tables", type=int, default=4, help="reader: the changes spread over this many tables")
@@ -361,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
         reader(blocks=args.change_blocks, bulk=args.bulk, tables=args.tables)
     elif args.what == "partitioned":
         partitioned()
+    elif args.what == "describe":
+        describe_files()
     elif args.what == "deleted-share":
         deleted_share()
     else:

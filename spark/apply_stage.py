@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -49,9 +50,15 @@ RESULT_SCHEMA = pa.schema(
         ("stats", pa.string()),
         ("partition", pa.string()),  # the file's partition tuple (replicator.storage.partitioning's JSON)
         ("spec_id", pa.int32()),  # its partition spec; -1: the writer's (the table's default)
+        # Its Parquet footer as written (a pickled FileMetaData): the driver describes the file
+        # without reading it back; null: it reads the footer.
+        ("footer", pa.binary()),
     ]
 )
-RESULT_DDL = "content int, path string, records long, size long, stats string, partition string, spec_id int"
+RESULT_DDL = (
+    "content int, path string, records long, size long, stats string, partition string, spec_id int, "
+    "footer binary"
+)
 
 # `content` of the result row a worker sends instead of files when storage failed: the
 # message travels as data, so the driver can tell a passing outage from a bug without
@@ -123,7 +130,7 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             # stage under a new batch id if the error is transient.
             yield pa.RecordBatch.from_pylist(
                 [{"content": CONTENT_STORAGE_ERROR, "path": f"{type(exc).__name__}: {exc}"[:4000],
-                  "records": 0, "size": 0, "stats": "{}", "partition": "", "spec_id": -1}],
+                  "records": 0, "size": 0, "stats": "{}", "partition": "", "spec_id": -1, "footer": None}],
                 schema=RESULT_SCHEMA,
             )
 
@@ -162,10 +169,12 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
         yield pa.RecordBatch.from_pylist(
             [
                 {"content": f.content, "path": f.path, "records": f.records, "size": f.size, "stats": stats,
-                 "partition": encode_partition(f.partition), "spec_id": -1 if f.spec_id is None else f.spec_id}
+                 "partition": encode_partition(f.partition), "spec_id": -1 if f.spec_id is None else f.spec_id,
+                 "footer": None if f.footer is None else pickle.dumps(f.footer)}
                 for f in files
             ]
-            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": "", "spec_id": -1}],
+            or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": "", "spec_id": -1,
+                 "footer": None}],
             schema=RESULT_SCHEMA,
         )
 
@@ -183,12 +192,19 @@ def _collect(rows: list[dict[str, Any]]) -> StageResult:
     files = [
         WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"],
                     partition=decode_partition(r["partition"]),
-                    spec_id=None if r.get("spec_id", -1) in (-1, None) else r["spec_id"])
+                    spec_id=None if r.get("spec_id", -1) in (-1, None) else r["spec_id"],
+                    footer=_footer(r.get("footer")))
         for r in rows
         if r["content"] >= 0
     ]
     stats = orjson.loads(rows[0]["stats"]) if rows else {}
     return StageResult(files=files, stats=stats)
+
+
+def _footer(pickled: bytes | None) -> pq.FileMetaData | None:
+    # Written by this project's own stage worker (``_worker``), never by a user.
+    got = None if pickled is None else pickle.loads(pickled)  # noqa: S301
+    return got if isinstance(got, pq.FileMetaData) else None
 
 
 def merge_results(results: Sequence[StageResult]) -> StageResult:

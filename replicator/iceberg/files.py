@@ -96,6 +96,7 @@ def data_file_from_parquet(
     file_size: int | None = None,
     spec_id: int | None = None,
     partition: PartitionKey = (),
+    footer: pq.FileMetaData | None = None,
 ) -> DataFile:
     """Describe a Parquet data file written with the table's field ids.
 
@@ -105,6 +106,7 @@ def data_file_from_parquet(
         file_size: the file's size in bytes when the caller knows it; saves a ``stat`` call.
         spec_id: the partition spec it was written with (default: the table's default spec).
         partition: its partition tuple in that spec (empty for an unpartitioned spec).
+        footer: the file's footer as its writer wrote it (with ``file_size``: nothing is read).
     """
     return _describe(
         table,
@@ -115,6 +117,7 @@ def data_file_from_parquet(
         file_size=file_size,
         spec_id=spec_id,
         partition=partition,
+        footer=footer,
     )
 
 
@@ -125,6 +128,7 @@ def position_delete_file_from_parquet(
     file_size: int | None = None,
     spec_id: int | None = None,
     partition: PartitionKey = (),
+    footer: pq.FileMetaData | None = None,
 ) -> DataFile:
     """Describe a Parquet position-delete file (columns ``file_path``, ``pos``).
 
@@ -143,6 +147,7 @@ def position_delete_file_from_parquet(
         required_ids=[POSITION_DELETE_FILE_PATH_ID, POSITION_DELETE_POS_ID],
         spec_id=spec_id,
         partition=partition,
+        footer=footer,
     )
 
 
@@ -153,6 +158,7 @@ def equality_delete_file_from_parquet(
     *,
     file_size: int | None = None,
     spec_id: int | None = None,
+    footer: pq.FileMetaData | None = None,
 ) -> DataFile:
     """Describe a Parquet equality-delete file whose rows delete by ``equality_field_ids``.
 
@@ -172,6 +178,7 @@ def equality_delete_file_from_parquet(
         required_ids=ids,
         equality_ids=ids,
         spec_id=spec_id,
+        footer=footer,
     )
 
 
@@ -200,6 +207,7 @@ def _describe(
     equality_ids: list[int] | None = None,
     spec_id: int | None = None,
     partition: PartitionKey = (),
+    footer: pq.FileMetaData | None = None,
 ) -> DataFile:
     metadata = table.metadata
     spec_id = metadata.default_spec_id if spec_id is None else spec_id
@@ -224,7 +232,10 @@ def _describe(
         with input_file.open() as stream:
             return pq.read_metadata(stream)
 
-    parquet_metadata = call_with_retries(read_footer, what=f"reading the footer of {path}")
+    parquet_metadata = (
+        footer if footer is not None
+        else call_with_retries(read_footer, what=f"reading the footer of {path}")
+    )  # fmt: skip
 
     file_schema, column_mapping = _file_schema(parquet_metadata, path, metadata.format_version)
     file_ids = file_schema.field_ids

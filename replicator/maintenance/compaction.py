@@ -180,7 +180,8 @@ def compact(
     # The rewritten files' partition, under the spec they were written with.
     first = plan.data_files[0]
     added = [
-        data_file_from_parquet(table, w.path, file_size=w.size, spec_id=first.spec_id, partition=partition_key(first))
+        data_file_from_parquet(table, w.path, file_size=w.size, spec_id=first.spec_id,
+                               partition=partition_key(first), footer=w.footer)
         for w in written
     ]
     summary = {

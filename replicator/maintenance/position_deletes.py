@@ -130,7 +130,7 @@ def merge_position_deletes(
         writer.write_position_delete_file(0, rows, plan.partition)
         added = [
             position_delete_file_from_parquet(table, w.path, file_size=w.size, spec_id=plan.spec_id,
-                                              partition=plan.partition)
+                                              partition=plan.partition, footer=w.footer)
             for w in writer.close()
         ]  # fmt: skip
     crash("position-delete-merge-files-written")

@@ -55,18 +55,19 @@ def describe(table: Table, result: StageResult) -> Written:
     for f in result.files:
         if f.content == CONTENT_DATA:
             out.data.append(data_file_from_parquet(table, f.path, file_size=f.size, spec_id=spec_id,
-                                                   partition=f.partition))  # fmt: skip
+                                                   partition=f.partition, footer=f.footer))  # fmt: skip
             out.rows_written += f.records
         elif f.content == CONTENT_POSITION_DELETES and vectors:
             out.position_deletes += f.records  # as deletion vectors, below
         elif f.content == CONTENT_POSITION_DELETES:
             # A delete of an earlier batch's row goes to the spec of the file it names.
             home = spec_id if f.spec_id is None else f.spec_id
-            out.deletes.append(position_delete_file_from_parquet(table, f.path, spec_id=home,
-                                                                 partition=f.partition))  # fmt: skip
+            out.deletes.append(position_delete_file_from_parquet(
+                table, f.path, file_size=f.size, spec_id=home, partition=f.partition, footer=f.footer))
             out.position_deletes += f.records
         elif f.content == CONTENT_EQUALITY_DELETES:
-            out.deletes.append(equality_delete_file_from_parquet(table, f.path, key_ids, spec_id=global_id))
+            out.deletes.append(equality_delete_file_from_parquet(
+                table, f.path, key_ids, file_size=f.size, spec_id=global_id, footer=f.footer))
             out.equality_deletes += f.records
     if vectors:  # v3: the stage's position-delete files become vectors (never committed)
         out.vectors = position_files_as_vectors(table, [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES])

@@ -83,6 +83,9 @@ class WrittenFile:
     size: int
     partition: PartitionKey = ()  # the file's partition tuple in the writer's spec
     spec_id: int | None = None  # the partition spec of ``partition`` (None: the writer's)
+    # The footer as written (in this process only): describing the file for a manifest then
+    # reads nothing back (on object storage, two requests per file saved).
+    footer: pq.FileMetaData | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -96,6 +99,13 @@ class _Open:
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
     records: int = 0
+
+
+def written_footer(writer: pq.ParquetWriter) -> pq.FileMetaData | None:
+    """The footer a closed writer wrote; None if this pyarrow does not tell (the file's
+    footer is then read back)."""
+    got = getattr(getattr(writer, "writer", None), "metadata", None)
+    return got if isinstance(got, pq.FileMetaData) else None
 
 
 class TableFileWriter:
@@ -325,7 +335,7 @@ class TableFileWriter:
         handle.stream.close()  # on S3: completes the upload
         self.written.append(
             WrittenFile(content=content, path=handle.path, records=handle.records, size=size,
-                        partition=handle.partition)
+                        partition=handle.partition, footer=written_footer(handle.writer))
         )  # fmt: skip
 
     def close(self) -> list[WrittenFile]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import replicator.iceberg.files as files_mod
 import replicator.pipeline.apply as apply_mod
 from replicator.config import RunConfig
 from replicator.pipeline.runner import Replicator
@@ -40,6 +41,20 @@ def _count_stages(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return calls
 
 
+def _count_footer_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths of the files whose footer ``iceberg.files`` reads to describe them."""
+    paths: list[str] = []
+    retried = files_mod.call_with_retries
+
+    def watch(fn: Any, *args: Any, what: str = "", **kwargs: Any) -> Any:
+        if what.startswith("reading the footer of "):
+            paths.append(what.removeprefix("reading the footer of "))
+        return retried(fn, *args, what=what, **kwargs)
+
+    monkeypatch.setattr(files_mod, "call_with_retries", watch)
+    return paths
+
+
 @pytest.mark.parametrize("driver_max_rows", [0, 12, 10_000])
 def test_small_batches_skip_the_spark_job_with_the_same_result(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, driver_max_rows: int
@@ -52,6 +67,7 @@ def test_small_batches_skip_the_spark_job_with_the_same_result(
     feed(tmp_path, "0001.jsonl", log)
     cfg = _with_driver_max_rows(config(tmp_path, max_events=8), driver_max_rows)
     calls = _count_stages(monkeypatch)
+    read_back = _count_footer_reads(monkeypatch)
     summary = Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
 
     batches = summary.batches
@@ -62,6 +78,8 @@ def test_small_batches_skip_the_spark_job_with_the_same_result(
         assert calls["spark"] >= 1 and calls["driver"] >= 1  # the big batch ran on Spark
     else:
         assert calls == {"spark": 0, "driver": batches}
+    # Either way the stage hands its files' footers over: none is read back to describe it.
+    assert [p for p in read_back if "-conv-" not in p] == []
     t = table(cfg)
     expected = log.expected_rows()
     assert spark_rows(t.metadata_location, ["id"]) == expected
