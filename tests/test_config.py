@@ -2,7 +2,12 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config import CLUSTER_DRIVER_MAX_ROWS, load_config, redact_dsn
+from replicator.config import (
+    CLUSTER_DRIVER_MAX_ROWS,
+    REMOTE_COMMIT_THREADS,
+    load_config,
+    redact_dsn,
+)
 from replicator.errors import ConfigError
 
 
@@ -404,6 +409,28 @@ def test_driver_max_rows_unset_is_the_whole_batch_on_a_local_spark_only(tmp_path
     assert said.startswith("batches of up to 200,000 changes in this process (spark.driver_max_rows unset)")
     said = load_config(_write(tmp_path, base + "spark: {driver_max_rows: 0}\n")).describe_apply()
     assert said == "every batch by Spark (local Spark)"
+
+
+def test_commit_threads_unset_is_several_only_for_a_remote_catalog_or_warehouse(tmp_path: Path) -> None:
+    src = "source: {type: debezium-json, path: in}\n"
+
+    def threads(iceberg: str) -> int:
+        return load_config(_write(tmp_path, src + f"iceberg: {iceberg}\n")).iceberg.concurrent_commits
+
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh}') == 1  # local: a commit is CPU
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: "file:///data/wh"}') == 1
+    assert threads('{catalog_uri: "postgresql://h/cat", warehouse: wh}') == 1
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: "s3://b/wh"}') == REMOTE_COMMIT_THREADS
+    assert threads('{catalog: {type: rest, uri: "http://h:8181"}}') == REMOTE_COMMIT_THREADS
+    assert threads('{catalog: {type: glue}, warehouse: "s3://b/wh"}') == REMOTE_COMMIT_THREADS
+    assert threads('{catalog: {type: rest, uri: "http://h:8181"}, commit_threads: 1}') == 1
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, commit_threads: 8}') == 8
+    with pytest.raises(ConfigError, match="commit_threads"):
+        threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, commit_threads: 0}')
+    cfg = load_config(_write(tmp_path, src + 'iceberg: {catalog: {type: rest, uri: "http://h:8181"}}\n'))
+    assert cfg.iceberg.describe_commits() == (
+        f"tables committed {REMOTE_COMMIT_THREADS} at a time (iceberg.commit_threads unset)"
+    )
 
 
 def test_keyless_tables_are_validated(tmp_path: Path) -> None:

@@ -2,7 +2,14 @@
 (``rules``), the messages it exchanges (``protocol``) and a driver over I/O ports
 (``driver``). No I/O here: the pipeline implements the ports."""
 
-from replicator.commit.driver import StageRunner, TablePort, drive, write_together
+from replicator.commit.driver import (
+    CommitAll,
+    StageRunner,
+    TablePort,
+    drive,
+    drive_together,
+    write_together,
+)
 from replicator.commit.machine import MAX_COMMIT_ATTEMPTS, Action, Input, TableCommit
 from replicator.commit.protocol import (
     FINAL,
@@ -31,6 +38,7 @@ from replicator.commit.rules import (
 )
 
 __all__ = [
+    "CommitAll",
     "SpilledRange",
     "spill_needed",
     "FINAL",
@@ -57,6 +65,7 @@ __all__ = [
     "Written",
     "after_last_truncate",
     "drive",
+    "drive_together",
     "fence_error",
     "not_yet_in",
     "write_together",

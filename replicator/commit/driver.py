@@ -12,7 +12,8 @@ Ports (the I/O, implemented by the pipeline):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from replicator.commit.machine import Action, TableCommit
@@ -65,23 +66,66 @@ def drive(
     ``WriteFiles`` too (the caller writes several tables' files in one job, see
     ``write_together``)."""
     while not commit.final:
-        if isinstance(action, ReadTable):
-            commit, action = commit.step(port.read(refresh=action.refresh))
-        elif isinstance(action, StageEvents):
-            commit, action = commit.step(port.stage(action))
-        elif isinstance(action, WriteFiles):
-            if runner is None:
-                break
-            [files] = runner.write([action.staged])
-            commit, action = commit.step(Written(files))
-        elif isinstance(action, CommitFiles):
-            commit, action = commit.step(port.commit(action))
-        elif isinstance(action, DiscardFiles):
-            port.discard(action.files)
-            commit, action = commit.step(Discarded())
-        else:  # pragma: no cover - a final action always comes with a final machine
-            raise AssertionError(f"unexpected action {action!r}")
+        if isinstance(action, WriteFiles) and runner is None:
+            break
+        commit, action = _step(commit, action, port, runner)
     return commit, action
+
+
+def _step(
+    commit: TableCommit[S, F], action: Action[S, F], port: TablePort[S, F], runner: StageRunner[S, F] | None
+) -> tuple[TableCommit[S, F], Action[S, F]]:
+    """Perform one action and feed its answer back."""
+    if isinstance(action, ReadTable):
+        return commit.step(port.read(refresh=action.refresh))
+    if isinstance(action, StageEvents):
+        return commit.step(port.stage(action))
+    if isinstance(action, WriteFiles):
+        assert runner is not None
+        [files] = runner.write([action.staged])
+        return commit.step(Written(files))
+    if isinstance(action, CommitFiles):
+        return commit.step(port.commit(action))
+    if isinstance(action, DiscardFiles):
+        port.discard(action.files)
+        return commit.step(Discarded())
+    raise AssertionError(f"unexpected action {action!r}")  # pragma: no cover - final machines stop first
+
+
+# Runs every call (a table's commit), concurrently or not; returns their answers in order.
+# If any raised, it raises the first of them (in order) once every call has finished, so no
+# commit is still in flight when the batch is given up or retried.
+CommitAll = Callable[[Sequence[Callable[[], CommitAnswer]]], list[CommitAnswer]]
+
+
+def drive_together(
+    runs: Sequence[tuple[TableCommit[S, F], Action[S, F]]],
+    ports: Sequence[TablePort[S, F]],
+    runner: StageRunner[S, F],
+    commit_all: CommitAll,
+) -> list[tuple[TableCommit[S, F], Action[S, F]]]:
+    """``drive`` for the tables of one batch at once: whenever several of them ask to commit,
+    their commits (the catalog's round trips) go out together through ``commit_all``; every
+    other action is performed here, one after another, in the runs' order. Each table goes
+    through the actions it would alone (its own machine decides them)."""
+    out = list(runs)
+    while True:
+        live = [i for i, (c, _a) in enumerate(out) if not c.final]
+        if not live:
+            return out
+        committing = [i for i in live if isinstance(out[i][1], CommitFiles)]
+        if len(committing) > 1:
+            calls = [functools.partial(ports[i].commit, _commit_action(out[i][1])) for i in committing]
+            for i, answer in zip(committing, commit_all(calls), strict=True):
+                out[i] = out[i][0].step(answer)
+            continue
+        for i in live:  # one step each: a retry re-reads, restages and writes on its own
+            out[i] = _step(*out[i], ports[i], runner)
+
+
+def _commit_action(action: Action[S, F]) -> CommitFiles[F]:
+    assert isinstance(action, CommitFiles)
+    return action
 
 
 def write_together(

@@ -73,6 +73,10 @@ def parse_sort_field(text: str) -> tuple[str, bool]:
 DeleteMode = Literal["equality", "position"]
 
 
+# iceberg.commit_threads when unset and the catalog or the warehouse is remote.
+REMOTE_COMMIT_THREADS = 4
+
+
 class IcebergConfig(_Strict):
     """Where the Iceberg tables live: ``catalog_uri`` + ``warehouse`` (the short form for a SQL
     catalog) or ``catalog``: any pyiceberg catalog's properties, e.g. ``{type: rest, uri: ...,
@@ -118,6 +122,13 @@ class IcebergConfig(_Strict):
         2,
         description="Iceberg format version of the tables the engine creates (an existing table "
         "keeps its own); 3: row deletes are deletion vectors (Puffin) instead of position-delete files",
+    )
+
+    commit_threads: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="how many tables of a batch commit at once (unset: "
+        f"{REMOTE_COMMIT_THREADS} when the catalog or the warehouse is remote, e.g. a REST catalog "
+        "or object storage, where a commit is mostly waiting; 1 for a SQL catalog over local files)",
     )
 
     sort_by: dict[str, list[str]] = Field(
@@ -194,6 +205,23 @@ class IcebergConfig(_Strict):
         if self.warehouse is not None:
             props.setdefault("warehouse", self.warehouse)
         return props
+
+    @property
+    def concurrent_commits(self) -> int:
+        """``commit_threads``, or when unset: 1 for a SQL catalog whose warehouse is on this
+        machine's disk (a commit there is CPU, which threads do not add), else
+        REMOTE_COMMIT_THREADS (a commit is round trips: the catalog's, object storage's)."""
+        if self.commit_threads is not None:
+            return self.commit_threads
+        props = self.catalog_properties
+        warehouse = str(props.get("warehouse") or "")
+        local = warehouse.startswith("file:") or "://" not in warehouse
+        return 1 if props.get("type") == "sql" and local else REMOTE_COMMIT_THREADS
+
+    def describe_commits(self) -> str:
+        """How a batch's tables commit, for the start-up log."""
+        n, how = self.concurrent_commits, "set" if self.commit_threads is not None else "unset"
+        return f"tables committed {n} at a time (iceberg.commit_threads {how})"
 
     def describe_catalog(self) -> str:
         """The catalog for logs: type, address and warehouse, never a secret."""

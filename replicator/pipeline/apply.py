@@ -50,27 +50,29 @@ from replicator.commit import (
     TableCommit,
     TableRead,
     drive,
+    drive_together,
     write_together,
 )
 from replicator.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     SchemaChangeError,
-    TerminalError,
 )
 from replicator.events.deadletter import DeadLetterSink
-from replicator.events.model import ChangeEvent, ColumnSpec, Op, SourcePosition, TableSchema
+from replicator.events.model import ChangeEvent, Op, SourcePosition
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.branches import target_branch
 from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
 from replicator.iceberg.partitions import sort_columns
 from replicator.iceberg.table_commit import commit_batch
 from replicator.iceberg.tables import TableManager, TableState, engine_type
+from replicator.pipeline.batch_schema import merged_schema
 from replicator.pipeline.chunks import (
     UNFILLABLE_IN_CHUNKS,
     ChunkStore,
     SpilledTable,
 )
+from replicator.pipeline.commit_pool import COMMITS_SHARED, commit_all
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import Positions, TableIndexes
@@ -147,6 +149,7 @@ class ApplyEnv:
     indexes: TableIndexes | None = None
     delete_mode_of: Callable[[str], str] = lambda _table: "equality"
     table_parallelism: int = 1  # config spark.table_parallelism (``stage_tasks``)
+    commit_threads: int = 1  # config iceberg.commit_threads: tables of a batch committed at once
 
     def position_mode(self, source_table: str) -> bool:
         return self.indexes is not None and self.delete_mode_of(source_table) == "position"
@@ -171,27 +174,6 @@ class BatchCommit:
             acknowledged=self.acknowledged,
             source_id=self.source_id,
         )
-
-
-def merged_schema(events: Sequence[ChangeEvent]) -> TableSchema:
-    """All columns any event of the batch carries, in first-seen order (a column added
-    mid-batch joins at the end; the latest type of a column wins)."""
-    seen: dict[int, TableSchema] = {}
-    for ev in events:
-        if ev.schema_ is None and ev.op is Op.TRUNCATE:
-            continue  # a TRUNCATE needs no columns (MySQL's may not know them)
-        if ev.schema_ is None:
-            raise TerminalError("event carries no table schema", table=ev.table, position=ev.position)
-        seen.setdefault(id(ev.schema_), ev.schema_)
-    schemas = list(seen.values())
-    if len(schemas) == 1:
-        return schemas[0]
-    cols: dict[str, ColumnSpec] = {}
-    for s in schemas:
-        for c in s.columns:
-            cols[c.name] = c
-    last = schemas[-1]
-    return TableSchema(table=last.table, columns=tuple(cols.values()), key_columns=last.key_columns)
 
 
 @dataclass
@@ -273,7 +255,14 @@ def apply_batch(
         runs[table] = (port, run)
     runner = _StageRunner(env, batch)
     written = write_together([run for _port, run in runs.values()], runner)  # ONE job
-    for (table, (port, _first)), run in zip(runs.items(), written, strict=True):
+    ports = [port for port, _first in runs.values()]
+    if env.commit_threads > 1 and len(runs) > 1:
+        # Their commits at once; a table's failure is raised below once all have finished.
+        done = drive_together(written, ports, runner, commit_all(env.commit_threads))
+        for table, port, (_final, action) in zip(runs, ports, done, strict=True):
+            outcome.checkpoints[table] = _settle(port.part, action, batch)
+        return outcome
+    for table, port, run in zip(runs, ports, written, strict=True):
         _final, action = drive(*run, port, runner)
         outcome.checkpoints[table] = _settle(port.part, action, batch)
     return outcome
@@ -454,19 +443,23 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[Written]) -> Co
     finally:
         part.totals.commit_seconds += time.perf_counter() - t0
     eq = sum(1 for f in action.files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
-    env.steps.snapshot_committed(
-        ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
-        position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
-    )  # fmt: skip
-    # ``commit_batch`` advanced ``table`` to the snapshot it committed: no catalog load. A
-    # later commit by another writer shows as a conflict at our next commit (re-read then).
-    if positions is not None and env.indexes is not None:
-        env.crash("index-behind")
-        head = state.table.metadata.snapshot_by_name(target_branch(state.table))
-        assert head is not None
-        env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
-                              positions, truncate=action.truncate, vectors=action.files.vectors)  # fmt: skip
+    with COMMITS_SHARED:  # tables may commit on several threads (``commit_all``)
+        env.steps.snapshot_committed(
+            ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
+            position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
+        )  # fmt: skip
+        # ``commit_batch`` advanced ``table`` to the snapshot it committed: no catalog load. A
+        # later commit by another writer shows as a conflict at our next commit (re-read then).
+        if positions is not None and env.indexes is not None:
+            env.crash("index-behind")
+            head = state.table.metadata.snapshot_by_name(target_branch(state.table))
+            assert head is not None
+            env.indexes.committed(state, action.parent_id, head.snapshot_id, action.files.data, action.files.deletes,
+                                  positions, truncate=action.truncate, vectors=action.files.vectors)  # fmt: skip
     return CommitAnswer.OK
+
+
+
 
 
 def _settle(part: _TablePart, action: Action[_TablePart, Written], batch: BatchCommit) -> Checkpoint:

@@ -148,8 +148,8 @@ class Replicator:
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
             driver_max_rows=cfg.driver_max_rows, table_parallelism=cfg.spark.table_parallelism,
-            row_fill=self.source.needs_row_fill,
-            chunk_store=self.chunk_store,
+            commit_threads=cfg.iceberg.concurrent_commits,
+            row_fill=self.source.needs_row_fill, chunk_store=self.chunk_store,
             indexes=position_indexes(cfg, self._spark),
             delete_mode_of=cfg.iceberg.delete_mode_of,
             steps=steps or NULL_STEP_OBSERVER,
@@ -266,7 +266,8 @@ class Replicator:
     def run(self, *, until_idle: bool = False, max_batches: int | None = None) -> RunSummary:
         start = time.monotonic()
         where = self.cfg.source.location
-        log.info("source %s %s -> %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog())
+        log.info("source %s %s -> %s; %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog(),
+                 self.cfg.iceberg.describe_commits())  # fmt: skip
         if self.env.engine == "spark":
             log.info("apply: %s", self.cfg.describe_apply())
         with state_lock(self.cfg.state_dir), run_thresholds():

@@ -26,7 +26,8 @@ from replicator.events.block import BlockEvent, first_position, row_ops
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.tables import engine_type
-from replicator.pipeline.apply import ApplyEnv, merged_schema
+from replicator.pipeline.apply import ApplyEnv
+from replicator.pipeline.batch_schema import merged_schema
 from replicator.pipeline.chunks import UNFILLABLE_IN_CHUNKS, ChunkStore, SpilledTable
 from replicator.pipeline.staging import (
     BadChangeError,
