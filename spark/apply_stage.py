@@ -53,11 +53,14 @@ RESULT_SCHEMA = pa.schema(
         # Its Parquet footer as written (a pickled FileMetaData): the driver describes the file
         # without reading it back; null: it reads the footer.
         ("footer", pa.binary()),
+        # Position deletes kept in memory (``WriterSpec.position_deletes_in_memory``, only in
+        # the committing process): their rows as an Arrow IPC stream; no file was written.
+        ("rows", pa.binary()),
     ]
 )
 RESULT_DDL = (
     "content int, path string, records long, size long, stats string, partition string, spec_id int, "
-    "footer binary"
+    "footer binary, rows binary"
 )
 
 # `content` of the result row a worker sends instead of files when storage failed: the
@@ -130,7 +133,8 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             # stage under a new batch id if the error is transient.
             yield pa.RecordBatch.from_pylist(
                 [{"content": CONTENT_STORAGE_ERROR, "path": f"{type(exc).__name__}: {exc}"[:4000],
-                  "records": 0, "size": 0, "stats": "{}", "partition": "", "spec_id": -1, "footer": None}],
+                  "records": 0, "size": 0, "stats": "{}", "partition": "", "spec_id": -1, "footer": None,
+                  "rows": None}],
                 schema=RESULT_SCHEMA,
             )
 
@@ -170,11 +174,12 @@ def _worker(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa
             [
                 {"content": f.content, "path": f.path, "records": f.records, "size": f.size, "stats": stats,
                  "partition": encode_partition(f.partition), "spec_id": -1 if f.spec_id is None else f.spec_id,
-                 "footer": None if f.footer is None else pickle.dumps(f.footer)}
+                 "footer": None if f.footer is None else pickle.dumps(f.footer),
+                 "rows": None if f.rows is None else _ipc(f.rows)}
                 for f in files
             ]
             or [{"content": -1, "path": "", "records": 0, "size": 0, "stats": stats, "partition": "", "spec_id": -1,
-                 "footer": None}],
+                 "footer": None, "rows": None}],
             schema=RESULT_SCHEMA,
         )
 
@@ -193,7 +198,7 @@ def _collect(rows: list[dict[str, Any]]) -> StageResult:
         WrittenFile(content=r["content"], path=r["path"], records=r["records"], size=r["size"],
                     partition=decode_partition(r["partition"]),
                     spec_id=None if r.get("spec_id", -1) in (-1, None) else r["spec_id"],
-                    footer=_footer(r.get("footer")))
+                    footer=_footer(r.get("footer")), rows=_rows(r.get("rows")))
         for r in rows
         if r["content"] >= 0
     ]
@@ -205,6 +210,17 @@ def _footer(pickled: bytes | None) -> pq.FileMetaData | None:
     # Written by this project's own stage worker (``_worker``), never by a user.
     got = None if pickled is None else pickle.loads(pickled)  # noqa: S301
     return got if isinstance(got, pq.FileMetaData) else None
+
+
+def _ipc(rows: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as out:
+        out.write_table(rows)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _rows(ipc: bytes | None) -> pa.Table | None:
+    return None if ipc is None else pa.ipc.open_stream(ipc).read_all()
 
 
 def merge_results(results: Sequence[StageResult]) -> StageResult:

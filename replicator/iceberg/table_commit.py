@@ -55,12 +55,16 @@ def vectors_from_position_files(table: Table, paths: Sequence[str]) -> dict[str,
     out: dict[str, Positions] = {}
     for path in paths:
         with table.io.new_input(path).open() as stream:
-            rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
-        for name in pc.unique(rows.column("file_path")).to_pylist():
-            chosen = rows.filter(pc.equal(rows.column("file_path"), pa.scalar(name)))
-            values = np.unique(chosen.column("pos").to_numpy().astype(np.uint64))
-            out[str(name)] = union(out[str(name)], values) if str(name) in out else values
+            add_positions(out, pq.ParquetFile(stream).read(columns=["file_path", "pos"]))
     return out
+
+
+def add_positions(out: dict[str, Positions], rows: pa.Table) -> None:
+    """Position-delete rows (``file_path``, ``pos``) added to ``out``'s positions per data file."""
+    for name in pc.unique(rows.column("file_path")).to_pylist():
+        chosen = rows.filter(pc.equal(rows.column("file_path"), pa.scalar(name)))
+        values = np.unique(chosen.column("pos").to_numpy().astype(np.uint64))
+        out[str(name)] = union(out[str(name)], values) if str(name) in out else values
 
 
 def position_files_as_vectors(table: Table, paths: Sequence[str]) -> dict[str, Positions]:

@@ -64,7 +64,7 @@ from replicator.events.unavailable import has_unavailable
 from replicator.iceberg.branches import target_branch
 from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
 from replicator.iceberg.partitions import sort_columns
-from replicator.iceberg.table_commit import commit_batch
+from replicator.iceberg.table_commit import commit_batch, uses_vectors
 from replicator.iceberg.tables import TableManager, TableState, engine_type
 from replicator.pipeline.batch_schema import merged_schema
 from replicator.pipeline.chunks import (
@@ -544,8 +544,11 @@ def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict
     """One table's files written in this process (no Spark job)."""
     assert part.staged is not None
     started = time.perf_counter()
+    # v3: the position deletes become deletion vectors in this process: no file for them.
+    spec = dataclasses.replace(task.spec, writer=dataclasses.replace(
+        task.spec.writer, position_deletes_in_memory=uses_vectors(part.state.table)))  # fmt: skip
     try:
-        return apply_local(part.staged.table, task.spec, chunk_paths=task.chunk_paths, io_properties=io_props)
+        return apply_local(part.staged.table, spec, chunk_paths=task.chunk_paths, io_properties=io_props)
     finally:
         env.steps.files_written(time.perf_counter() - started, by="driver")
 

@@ -18,7 +18,7 @@ from replicator.iceberg.files import (
 )
 from replicator.iceberg.partitions import global_spec_id
 from replicator.iceberg.roaring import Positions as VectorPositions
-from replicator.iceberg.table_commit import position_files_as_vectors, uses_vectors
+from replicator.iceberg.table_commit import add_positions, position_files_as_vectors, uses_vectors
 from replicator.storage.file_writer import (
     CONTENT_DATA,
     CONTENT_EQUALITY_DELETES,
@@ -52,6 +52,8 @@ def describe(table: Table, result: StageResult) -> Written:
     spec_id, global_id = table.metadata.default_spec_id, global_spec_id(table)
     out = Written()
     vectors = uses_vectors(table)
+    if not vectors and any(f.rows is not None for f in result.files):
+        raise AssertionError("position deletes kept in memory for a table without deletion vectors")
     for f in result.files:
         if f.content == CONTENT_DATA:
             out.data.append(data_file_from_parquet(table, f.path, file_size=f.size, spec_id=spec_id,
@@ -70,7 +72,11 @@ def describe(table: Table, result: StageResult) -> Written:
                 table, f.path, key_ids, file_size=f.size, spec_id=global_id, footer=f.footer))
             out.equality_deletes += f.records
     if vectors:  # v3: the stage's position-delete files become vectors (never committed)
-        out.vectors = position_files_as_vectors(table, [f.path for f in result.files if f.content == CONTENT_POSITION_DELETES])
+        positions = [f for f in result.files if f.content == CONTENT_POSITION_DELETES]
+        out.vectors = position_files_as_vectors(table, [f.path for f in positions if f.rows is None])
+        for f in positions:
+            if f.rows is not None:  # kept in memory: no file was written
+                add_positions(out.vectors, f.rows)
     return out
 
 

@@ -73,6 +73,9 @@ class WriterSpec:
     max_open_files: int = MAX_OPEN_FILES
     # FileIO properties (s3.endpoint, keys, ...): secrets, so kept out of repr and logs.
     io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # Position deletes kept as rows, no file written (``WrittenFile.rows``): a format-v3 table
+    # written in the committing process commits them as deletion vectors.
+    position_deletes_in_memory: bool = False
 
 
 @dataclass
@@ -86,6 +89,9 @@ class WrittenFile:
     # The footer as written (in this process only): describing the file for a manifest then
     # reads nothing back (on object storage, two requests per file saved).
     footer: pq.FileMetaData | None = field(default=None, repr=False, compare=False)
+    # A position-delete "file" kept in memory (``WriterSpec.position_deletes_in_memory``):
+    # its (file_path, pos) rows; ``path`` is then a name no file has.
+    rows: pa.Table | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -290,6 +296,11 @@ class TableFileWriter:
         if deletes.num_rows == 0:
             return
         uri = f"{self.spec.data_location}/{self.spec.batch_id}-{kind}-{file_index:05d}.parquet"
+        if self.spec.position_deletes_in_memory:
+            rows = _conform(deletes, self.spec.position_schema)
+            self.written.append(WrittenFile(content=CONTENT_POSITION_DELETES, path=uri, records=rows.num_rows,
+                                            size=0, partition=partition, rows=rows))  # fmt: skip
+            return
         handle = self._open(uri, self.spec.position_schema, partition, CONTENT_POSITION_DELETES)
         self._append(handle, _conform(deletes, self.spec.position_schema))
         self._close(handle, CONTENT_POSITION_DELETES)

@@ -3,6 +3,7 @@ writer kept, the entries are those a read of the file gives, and nothing is read
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from decimal import Decimal
 from pathlib import Path
@@ -24,8 +25,9 @@ from pyiceberg.types import (
 )
 
 from replicator.iceberg.files import equality_delete_arrow_schema, position_delete_arrow_schema
+from replicator.iceberg.v3_metadata import create_v3_table
 from replicator.pipeline.written import describe
-from replicator.storage.file_writer import TableFileWriter, WriterSpec
+from replicator.storage.file_writer import CONTENT_POSITION_DELETES, TableFileWriter, WriterSpec
 from spark.apply_stage import StageResult
 from tests.iceberg.tablekit import sql_catalog
 
@@ -104,3 +106,36 @@ def test_entries_from_the_kept_footer_equal_those_read_back(
                      "split_offsets", "equality_ids", "partition", "spec_id"):  # fmt: skip
             assert getattr(mine, name) == getattr(theirs, name), (mine.file_path, name)
     assert (kept.rows_written, kept.equality_deletes, kept.position_deletes) == (550, 3, 3)
+
+
+def test_v3_position_deletes_kept_in_memory_give_the_vectors_the_files_give(tmp_path: Path) -> None:
+    """In the committing process a v3 table's position deletes stay rows (no file written,
+    read back and deleted): the deletion vectors are those of the files."""
+    table = create_v3_table(sql_catalog(tmp_path), "db.t", SCHEMA, location=f"file://{tmp_path}/db/t")
+    spec = WriterSpec(
+        data_location=f"{table.location()}/data", batch_id="b1", data_schema=schema_to_pyarrow(table.schema()),
+        equality_schema=equality_delete_arrow_schema(table.schema(), [1]),
+        position_schema=position_delete_arrow_schema(),
+    )  # fmt: skip
+    deletes = pa.table({"file_index": pa.array([0, 0, 1, 1], pa.int32()), "pos": pa.array([1, 10, 4, 5], pa.int64())})
+    results = {}
+    for kept in (False, True):
+        writer = TableFileWriter(dataclasses.replace(spec, batch_id=f"b{kept:d}", position_deletes_in_memory=kept))
+        writer.write_data(0, pa.Table.from_pylist([{"id": i} for i in range(20)], schema=spec.data_schema))
+        writer.write_data(1, pa.Table.from_pylist([{"id": i} for i in range(20, 30)], schema=spec.data_schema))
+        writer.write_position_deletes(deletes)
+        results[kept] = StageResult(files=writer.close(), stats={})
+    [in_memory] = [f for f in results[True].files if f.content == CONTENT_POSITION_DELETES]
+    assert in_memory.rows is not None and in_memory.records == 4
+    assert not Path(in_memory.path.removeprefix("file://")).exists()
+    by_file, by_rows = describe(table, results[False]), describe(table, results[True])
+    assert by_rows.position_deletes == by_file.position_deletes == 4 and not by_rows.deletes
+    rename = {f.path.replace("b0-", "b1-"): f.path for f in results[False].files}
+    assert {rename.get(k, k): list(v) for k, v in by_rows.vectors.items()} == {
+        k: list(v) for k, v in by_file.vectors.items()
+    } and len(by_file.vectors) == 2
+    # A v2 table takes no positions kept in memory: position-delete files are its only form.
+    (tmp_path / "v2").mkdir()
+    v2 = sql_catalog(tmp_path / "v2").create_table("db.t", SCHEMA)
+    with pytest.raises(AssertionError, match="kept in memory"):
+        describe(v2, results[True])
