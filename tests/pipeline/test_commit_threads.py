@@ -4,10 +4,7 @@ or not (Iceberg Java and DuckDB judge)."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,11 +16,12 @@ import yaml
 import replicator.pipeline.apply as apply_mod
 from replicator.config import load_config
 from replicator.iceberg.tables import open_catalog
-from replicator.pipeline.crashpoints import ENV, EXIT_CODE
+from replicator.pipeline.crashpoints import EXIT_CODE
 from replicator.pipeline.runner import Replicator
 from tests.judges import duckdb_rows, spark_rows
 from tests.maintenance.support import mixed
 from tests.pipeline.dbz import ChangeLog
+from tests.pipeline.test_debezium_crash_between_tables import run_engine
 
 pytestmark = pytest.mark.spark
 
@@ -89,24 +87,15 @@ def test_tables_commit_together_and_end_equal(tmp_path: Path, spark: Any, monkey
     _judge(path, logs)
 
 
-def _engine(path: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    if crash_at:
-        env[ENV] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "replicator.cli.main", "run", "--config", str(path), "--until-idle",
-         "--engine", "local"], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-
-
 @pytest.mark.parametrize("crash_at", ["files-written:9", "files-written:16"])
 def test_killed_while_tables_commit_together(tmp_path: Path, spark: Any, crash_at: str) -> None:
     """The process dies on one commit thread while the others may be committing: on restart
     the tables that committed skip the batch, the others commit it, nothing twice."""
     logs = _source(tmp_path, rounds=30, seed=4)
     path = _config(tmp_path)
-    crashed = _engine(path, crash_at)
+    crashed = run_engine(path, crash_at)
     assert crashed.returncode == EXIT_CODE, crashed.stderr[-3000:]
-    done = _engine(path)
+    done = run_engine(path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tables committed 4 at a time (iceberg.commit_threads set)" in done.stderr
     _judge(path, logs)

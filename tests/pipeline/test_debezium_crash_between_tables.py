@@ -22,7 +22,7 @@ from tests.pipeline.dbz import ChangeLog
 pytestmark = pytest.mark.spark
 
 
-def _engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     if crash_at:
         env[ENV] = crash_at
@@ -54,9 +54,9 @@ def test_crash_between_two_tables_first_commits(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     # files-written: 1 = A batch 1, 2 = A batch 2 (committed next), 3 = B batch 2: die there.
-    crashed = _engine(path, "files-written:3")
+    crashed = run_engine(path, "files-written:3")
     assert crashed.returncode == EXIT_CODE, crashed.stderr[-3000:]
-    done = _engine(path)
+    done = run_engine(path)
     assert done.returncode == 0, done.stderr[-3000:]
     catalog = open_catalog(load_config(path).iceberg)
     for log, ident in ((a, "cdc.items"), (b, "cdc.other")):
