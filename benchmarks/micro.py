@@ -437,7 +437,7 @@ def describe_files(tables: int = 100, repeat: int = 5) -> None:
                   f"{best[False]:.3f} s ({best[False] / files * 1e3:.2f} ms a file), kept by the writer "
                   f"{best[True]:.3f} s ({best[True] / files * 1e3:.2f} ms a file): {best[False] / best[True]:.1f}x")  # fmt: skip
             # Then each table's row delta, one after another (the engine on a local SQL
-            # catalog), and a second batch's by 4 threads (iceberg.commit_threads unset on a
+            # catalog), and a second batch's by 4 threads (iceberg.parallel_tables unset on a
             # remote catalog or object storage).
             t0 = time.perf_counter()
             for t, r in zip(made, results, strict=True):

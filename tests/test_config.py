@@ -4,7 +4,7 @@ import pytest
 
 from replicator.config import (
     CLUSTER_DRIVER_MAX_ROWS,
-    REMOTE_COMMIT_THREADS,
+    REMOTE_PARALLEL_TABLES,
     load_config,
     redact_dsn,
 )
@@ -411,25 +411,25 @@ def test_driver_max_rows_unset_is_the_whole_batch_on_a_local_spark_only(tmp_path
     assert said == "every batch by Spark (local Spark)"
 
 
-def test_commit_threads_unset_is_several_only_for_a_remote_catalog_or_warehouse(tmp_path: Path) -> None:
+def test_parallel_tables_unset_is_several_only_for_a_remote_catalog_or_warehouse(tmp_path: Path) -> None:
     src = "source: {type: debezium-json, path: in}\n"
 
     def threads(iceberg: str) -> int:
-        return load_config(_write(tmp_path, src + f"iceberg: {iceberg}\n")).iceberg.concurrent_commits
+        return load_config(_write(tmp_path, src + f"iceberg: {iceberg}\n")).iceberg.tables_at_once
 
     assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh}') == 1  # local: a commit is CPU
     assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: "file:///data/wh"}') == 1
     assert threads('{catalog_uri: "postgresql://h/cat", warehouse: wh}') == 1
-    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: "s3://b/wh"}') == REMOTE_COMMIT_THREADS
-    assert threads('{catalog: {type: rest, uri: "http://h:8181"}}') == REMOTE_COMMIT_THREADS
-    assert threads('{catalog: {type: glue}, warehouse: "s3://b/wh"}') == REMOTE_COMMIT_THREADS
-    assert threads('{catalog: {type: rest, uri: "http://h:8181"}, commit_threads: 1}') == 1
-    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, commit_threads: 8}') == 8
-    with pytest.raises(ConfigError, match="commit_threads"):
-        threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, commit_threads: 0}')
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: "s3://b/wh"}') == REMOTE_PARALLEL_TABLES
+    assert threads('{catalog: {type: rest, uri: "http://h:8181"}}') == REMOTE_PARALLEL_TABLES
+    assert threads('{catalog: {type: glue}, warehouse: "s3://b/wh"}') == REMOTE_PARALLEL_TABLES
+    assert threads('{catalog: {type: rest, uri: "http://h:8181"}, parallel_tables: 1}') == 1
+    assert threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, parallel_tables: 8}') == 8
+    with pytest.raises(ConfigError, match="parallel_tables"):
+        threads('{catalog_uri: "sqlite:///cat.db", warehouse: wh, parallel_tables: 0}')
     cfg = load_config(_write(tmp_path, src + 'iceberg: {catalog: {type: rest, uri: "http://h:8181"}}\n'))
-    assert cfg.iceberg.describe_commits() == (
-        f"tables committed {REMOTE_COMMIT_THREADS} at a time (iceberg.commit_threads unset)"
+    assert cfg.iceberg.describe_parallel_tables() == (
+        f"tables written and committed {REMOTE_PARALLEL_TABLES} at a time (iceberg.parallel_tables unset)"
     )
 
 

@@ -73,8 +73,8 @@ def parse_sort_field(text: str) -> tuple[str, bool]:
 DeleteMode = Literal["equality", "position"]
 
 
-# iceberg.commit_threads when unset and the catalog or the warehouse is remote.
-REMOTE_COMMIT_THREADS = 4
+# iceberg.parallel_tables when unset and the catalog or the warehouse is remote.
+REMOTE_PARALLEL_TABLES = 4
 
 
 class IcebergConfig(_Strict):
@@ -124,11 +124,11 @@ class IcebergConfig(_Strict):
         "keeps its own); 3: row deletes are deletion vectors (Puffin) instead of position-delete files",
     )
 
-    commit_threads: Annotated[int, Field(ge=1)] | None = Field(
+    parallel_tables: Annotated[int, Field(ge=1)] | None = Field(
         None,
-        description="how many tables of a batch commit at once (unset: "
-        f"{REMOTE_COMMIT_THREADS} when the catalog or the warehouse is remote, e.g. a REST catalog "
-        "or object storage, where a commit is mostly waiting; 1 for a SQL catalog over local files)",
+        description="how many tables of a batch are written and committed at once (unset: "
+        f"{REMOTE_PARALLEL_TABLES} when the catalog or the warehouse is remote, e.g. a REST catalog "
+        "or object storage, where that is mostly waiting; 1 for a SQL catalog over local files)",
     )
 
     sort_by: dict[str, list[str]] = Field(
@@ -207,21 +207,21 @@ class IcebergConfig(_Strict):
         return props
 
     @property
-    def concurrent_commits(self) -> int:
-        """``commit_threads``, or when unset: 1 for a SQL catalog whose warehouse is on this
-        machine's disk (a commit there is CPU, which threads do not add), else
-        REMOTE_COMMIT_THREADS (a commit is round trips: the catalog's, object storage's)."""
-        if self.commit_threads is not None:
-            return self.commit_threads
+    def tables_at_once(self) -> int:
+        """``parallel_tables``, or when unset: 1 for a SQL catalog whose warehouse is on this
+        machine's disk (writes and commits there are CPU, which threads do not add), else
+        REMOTE_PARALLEL_TABLES (they are round trips: object storage's, the catalog's)."""
+        if self.parallel_tables is not None:
+            return self.parallel_tables
         props = self.catalog_properties
         warehouse = str(props.get("warehouse") or "")
         local = warehouse.startswith("file:") or "://" not in warehouse
-        return 1 if props.get("type") == "sql" and local else REMOTE_COMMIT_THREADS
+        return 1 if props.get("type") == "sql" and local else REMOTE_PARALLEL_TABLES
 
-    def describe_commits(self) -> str:
-        """How a batch's tables commit, for the start-up log."""
-        n, how = self.concurrent_commits, "set" if self.commit_threads is not None else "unset"
-        return f"tables committed {n} at a time (iceberg.commit_threads {how})"
+    def describe_parallel_tables(self) -> str:
+        """How many of a batch's tables are written and committed at once, for the start-up log."""
+        n, how = self.tables_at_once, "set" if self.parallel_tables is not None else "unset"
+        return f"tables written and committed {n} at a time (iceberg.parallel_tables {how})"
 
     def describe_catalog(self) -> str:
         """The catalog for logs: type, address and warehouse, never a secret."""

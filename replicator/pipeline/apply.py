@@ -16,6 +16,7 @@ machine; this module is its driver's ports: reading and committing the table
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shutil
 import time
@@ -72,7 +73,6 @@ from replicator.pipeline.chunks import (
     ChunkStore,
     SpilledTable,
 )
-from replicator.pipeline.commit_pool import COMMITS_SHARED, commit_all
 from replicator.pipeline.crashpoints import crash_point
 from replicator.pipeline.observe import NULL_STEP_OBSERVER, StepObserver
 from replicator.pipeline.pk_indexes import Positions, TableIndexes
@@ -87,6 +87,7 @@ from replicator.pipeline.staging import (
     stage_events,
     with_held_keys,
 )
+from replicator.pipeline.table_pool import TABLES_SHARED, commit_all, each_at_once
 from replicator.pipeline.written import Written, describe, discard
 from replicator.retry import call_with_retries
 from replicator.storage.file_writer import WriterSpec
@@ -149,7 +150,7 @@ class ApplyEnv:
     indexes: TableIndexes | None = None
     delete_mode_of: Callable[[str], str] = lambda _table: "equality"
     table_parallelism: int = 1  # config spark.table_parallelism (``stage_tasks``)
-    commit_threads: int = 1  # config iceberg.commit_threads: tables of a batch committed at once
+    parallel_tables: int = 1  # config iceberg.parallel_tables: tables written and committed at once
 
     def position_mode(self, source_table: str) -> bool:
         return self.indexes is not None and self.delete_mode_of(source_table) == "position"
@@ -256,9 +257,9 @@ def apply_batch(
     runner = _StageRunner(env, batch)
     written = write_together([run for _port, run in runs.values()], runner)  # ONE job
     ports = [port for port, _first in runs.values()]
-    if env.commit_threads > 1 and len(runs) > 1:
+    if env.parallel_tables > 1 and len(runs) > 1:
         # Their commits at once; a table's failure is raised below once all have finished.
-        done = drive_together(written, ports, runner, commit_all(env.commit_threads))
+        done = drive_together(written, ports, runner, commit_all(env.parallel_tables))
         for table, port, (_final, action) in zip(runs, ports, done, strict=True):
             outcome.checkpoints[table] = _settle(port.part, action, batch)
         return outcome
@@ -443,7 +444,7 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[Written]) -> Co
     finally:
         part.totals.commit_seconds += time.perf_counter() - t0
     eq = sum(1 for f in action.files.deletes if f.content == DataFileContent.EQUALITY_DELETES)
-    with COMMITS_SHARED:  # tables may commit on several threads (``commit_all``)
+    with TABLES_SHARED:  # tables may commit on several threads (``table_pool``)
         env.steps.snapshot_committed(
             ".".join(table.name()), seconds=time.perf_counter() - t0, data_files=len(action.files.data),
             position_delete_files=len(action.files.deletes) - eq, equality_delete_files=eq,
@@ -516,7 +517,9 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                 where = f"{env.staging_uri.rstrip('/')}/{name}" if env.staging_uri is not None else str(stage_dir)
                 part = PartInput(p.staged.table, spec, p.chunks, p.chunk_rows)
                 tasks.append(part_tasks(part, env.table_parallelism, io_props, f"{where}/{i:05d}"))
-            results = {i: _write_here(env, p, tasks[i][0], io_props) for i, p in enumerate(todo) if here[i]}
+            mine = [i for i in range(len(todo)) if here[i]]
+            results = dict(zip(mine, each_at_once(env.parallel_tables, [
+                functools.partial(_write_here, env, todo[i], tasks[i][0], io_props) for i in mine]), strict=True))  # fmt: skip
             if there := [i for i in range(len(todo)) if not here[i]]:
                 started = time.perf_counter()
                 try:
@@ -550,7 +553,8 @@ def _write_here(env: ApplyEnv, part: _TablePart, task: StageTask, io_props: dict
     try:
         return apply_local(part.staged.table, spec, chunk_paths=task.chunk_paths, io_properties=io_props)
     finally:
-        env.steps.files_written(time.perf_counter() - started, by="driver")
+        with TABLES_SHARED:
+            env.steps.files_written(time.perf_counter() - started, by="driver")
 
 
 def _describe(part: _TablePart, result: StageResult) -> Written:

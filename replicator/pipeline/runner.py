@@ -148,7 +148,7 @@ class Replicator:
             spark=spark,
             on_bad_change=cfg.errors.on_bad_change,
             driver_max_rows=cfg.driver_max_rows, table_parallelism=cfg.spark.table_parallelism,
-            commit_threads=cfg.iceberg.concurrent_commits,
+            parallel_tables=cfg.iceberg.tables_at_once,
             row_fill=self.source.needs_row_fill, chunk_store=self.chunk_store,
             indexes=position_indexes(cfg, self._spark),
             delete_mode_of=cfg.iceberg.delete_mode_of,
@@ -267,7 +267,7 @@ class Replicator:
         start = time.monotonic()
         where = self.cfg.source.location
         log.info("source %s %s -> %s; %s", self.cfg.source.type, where, self.cfg.iceberg.describe_catalog(),
-                 self.cfg.iceberg.describe_commits())  # fmt: skip
+                 self.cfg.iceberg.describe_parallel_tables())  # fmt: skip
         if self.env.engine == "spark":
             log.info("apply: %s", self.cfg.describe_apply())
         with state_lock(self.cfg.state_dir), run_thresholds():

@@ -1,6 +1,6 @@
-"""A batch's tables committed several at a time (``iceberg.commit_threads``): the commits
-overlap, and every table ends equal to its source, whether the run was killed among them
-or not (Iceberg Java and DuckDB judge)."""
+"""A batch's tables written and committed several at a time (``iceberg.parallel_tables``):
+the writes and the commits overlap, and every table ends equal to its source, whether the
+run was killed among them or not (Iceberg Java and DuckDB judge)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _config(root: Path) -> Path:
         "source": {"type": "debezium-json", "path": "in",
                    "primary_keys": {f"app.{t}": ["id"] for t in TABLES}},
         "iceberg": {"catalog_uri": "sqlite:///catalog.db", "warehouse": "wh", "namespace": "cdc",
-                    "commit_threads": 4},
+                    "parallel_tables": 4},
         "batch": {"max_events": 30, "max_seconds": 3600},
         "state_dir": "state",
     }  # fmt: skip
@@ -63,27 +63,37 @@ def _judge(path: Path, logs: list[ChangeLog]) -> None:
             assert reader(loc, order_by=["id"]) == log.expected_rows(), (reader.__name__, log.table)
 
 
-def test_tables_commit_together_and_end_equal(tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    logs = _source(tmp_path, rounds=40, seed=3)
-    path = _config(tmp_path)
-    real, lock, flight = apply_mod.commit_batch, threading.Lock(), {"now": 0, "most": 0, "calls": 0}
+def _in_flight(monkeypatch: pytest.MonkeyPatch, name: str) -> dict[str, int]:
+    """Wraps ``apply.<name>`` to count its calls and how many ran at once (each waits a
+    round trip's time, so that an overlap shows)."""
+    real, lock, flight = getattr(apply_mod, name), threading.Lock(), {"now": 0, "most": 0, "calls": 0}
 
-    def slow_commit(*args: Any, **kwargs: Any) -> Any:
+    def slow(*args: Any, **kwargs: Any) -> Any:
         with lock:
             flight["now"] += 1
             flight["calls"] += 1
             flight["most"] = max(flight["most"], flight["now"])
         try:
-            time.sleep(0.02)  # a round trip, so that the overlap shows
+            time.sleep(0.02)
             return real(*args, **kwargs)
         finally:
             with lock:
                 flight["now"] -= 1
 
-    monkeypatch.setattr(apply_mod, "commit_batch", slow_commit)
+    monkeypatch.setattr(apply_mod, name, slow)
+    return flight
+
+
+def test_tables_written_and_committed_together_end_equal(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _source(tmp_path, rounds=40, seed=3)
+    path = _config(tmp_path)
+    commits, writes = _in_flight(monkeypatch, "commit_batch"), _in_flight(monkeypatch, "apply_local")
     summary = Replicator(load_config(path), engine="local").run(until_idle=True)
     assert summary.batches >= 5
-    assert flight["most"] > 1 and flight["calls"] >= 6 * summary.batches // 2, flight
+    for flight in (commits, writes):
+        assert flight["most"] > 1 and flight["calls"] >= 6 * summary.batches // 2, flight
     _judge(path, logs)
 
 
@@ -97,5 +107,5 @@ def test_killed_while_tables_commit_together(tmp_path: Path, spark: Any, crash_a
     assert crashed.returncode == EXIT_CODE, crashed.stderr[-3000:]
     done = run_engine(path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "tables committed 4 at a time (iceberg.commit_threads set)" in done.stderr
+    assert "tables written and committed 4 at a time (iceberg.parallel_tables set)" in done.stderr
     _judge(path, logs)
