@@ -460,9 +460,6 @@ def _commit(env: ApplyEnv, part: _TablePart, action: CommitFiles[Written]) -> Co
     return CommitAnswer.OK
 
 
-
-
-
 def _settle(part: _TablePart, action: Action[_TablePart, Written], batch: BatchCommit) -> Checkpoint:
     """The table's checkpoint after its final action (a failure is raised)."""
     if isinstance(action, Fail):
