@@ -35,7 +35,7 @@ from pyarrow import fs as pafs
 from ops_mapping import SEQ_COLUMN as SEQ
 from ops_mapping import BatchMapper, MappingPolicy, MappingStats, MultisetMapper
 from replicator.faults import maybe_lose_executor
-from replicator.storage.file_writer import TableFileWriter, WriterSpec, WrittenFile
+from replicator.storage.file_writer import POSITION_PATH, TableFileWriter, WriterSpec, WrittenFile
 from replicator.storage.fileio import open_input
 from replicator.storage.partitioning import PartitionKey, decode_partition, encode_partition
 from spark.appends import append_rows, plain_appends
@@ -213,6 +213,11 @@ def _footer(pickled: bytes | None) -> pq.FileMetaData | None:
 
 
 def _ipc(rows: pa.Table) -> bytes:
+    # A few data files' paths repeated on every row: dictionary-encoded, ~12 bytes a row.
+    at = rows.schema.get_field_index(POSITION_PATH)
+    if at >= 0 and not pa.types.is_dictionary(rows.schema.field(at).type):
+        paths = pc.dictionary_encode(rows.column(at))
+        rows = rows.set_column(at, rows.schema.field(at).with_type(paths.type), paths)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema) as out:
         out.write_table(rows)
@@ -220,7 +225,14 @@ def _ipc(rows: pa.Table) -> bytes:
 
 
 def _rows(ipc: bytes | None) -> pa.Table | None:
-    return None if ipc is None else pa.ipc.open_stream(ipc).read_all()
+    if ipc is None:
+        return None
+    rows = pa.ipc.open_stream(ipc).read_all()
+    at = rows.schema.get_field_index(POSITION_PATH)
+    if at >= 0 and pa.types.is_dictionary(rows.schema.field(at).type):  # the writer's schema again
+        plain = rows.schema.field(at).type.value_type
+        rows = rows.set_column(at, rows.schema.field(at).with_type(plain), pc.cast(rows.column(at), plain))
+    return rows
 
 
 def merge_results(results: Sequence[StageResult]) -> StageResult:

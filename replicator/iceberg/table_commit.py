@@ -31,6 +31,7 @@ from replicator.iceberg.commit_checks import UNSET, _Unset, file_spec_id
 from replicator.iceberg.dv_commit import commit_files
 from replicator.iceberg.manifest_writer import content_file
 from replicator.iceberg.roaring import Positions, union
+from replicator.storage.file_writer import POSITION_PATH
 
 __all__ = [
     "commit_batch", "commit_replace", "position_files_as_vectors", "uses_vectors",
@@ -55,16 +56,24 @@ def vectors_from_position_files(table: Table, paths: Sequence[str]) -> dict[str,
     out: dict[str, Positions] = {}
     for path in paths:
         with table.io.new_input(path).open() as stream:
-            add_positions(out, pq.ParquetFile(stream).read(columns=["file_path", "pos"]))
+            add_positions(out, pq.ParquetFile(stream).read(columns=[POSITION_PATH, "pos"]))
     return out
 
 
 def add_positions(out: dict[str, Positions], rows: pa.Table) -> None:
-    """Position-delete rows (``file_path``, ``pos``) added to ``out``'s positions per data file."""
-    for name in pc.unique(rows.column("file_path")).to_pylist():
-        chosen = rows.filter(pc.equal(rows.column("file_path"), pa.scalar(name)))
-        values = np.unique(chosen.column("pos").to_numpy().astype(np.uint64))
-        out[str(name)] = union(out[str(name)], values) if str(name) in out else values
+    """Position-delete rows (``file_path``, ``pos``) added to ``out``'s positions per data file
+    (one sort by data file, not a scan of every row per file)."""
+    if rows.num_rows == 0:
+        return
+    paths = pc.dictionary_encode(rows.column(POSITION_PATH).combine_chunks())
+    codes = paths.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    codes, pos = codes[order], rows.column("pos").to_numpy().astype(np.uint64)[order]
+    cuts = np.flatnonzero(np.diff(codes)) + 1
+    names = paths.dictionary.to_pylist()
+    for at, values in zip(np.concatenate(([0], cuts)), np.split(pos, cuts), strict=True):
+        name, values = str(names[codes[at]]), np.unique(values)
+        out[name] = union(out[name], values) if name in out else values
 
 
 def position_files_as_vectors(table: Table, paths: Sequence[str]) -> dict[str, Positions]:

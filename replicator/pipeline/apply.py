@@ -512,7 +512,7 @@ def _write(env: ApplyEnv, parts: Sequence[_TablePart], batch: BatchCommit) -> No
                 if env.staging_uri is None:
                     stage_dir.mkdir(parents=True, exist_ok=True)
                 where = f"{env.staging_uri.rstrip('/')}/{name}" if env.staging_uri is not None else str(stage_dir)
-                part = PartInput(p.staged.table, spec, p.chunks, p.chunk_rows)
+                part = PartInput(p.staged.table, spec, p.chunks, p.chunk_rows, uses_vectors(p.state.table))
                 tasks.append(part_tasks(part, env.table_parallelism, io_props, f"{where}/{i:05d}"))
             mine = [i for i in range(len(todo)) if here[i]]
             results = dict(zip(mine, each_at_once(env.parallel_tables, [

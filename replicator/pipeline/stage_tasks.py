@@ -39,6 +39,22 @@ def appends_only(staged: StagedBatch | None, policy: MappingPolicy, chunks: Sequ
     return all_reads(staged.table)
 
 
+# A format-v3 table's position deletes come back from a Spark task as rows in its result
+# (``StageSpec.writer.position_deletes_in_memory``: no Parquet file written, read back by the
+# driver and deleted) for parts up to this many rows: a position delete per row at most, an
+# Arrow IPC stream of ~12 bytes each (paths dictionary-encoded). Larger parts write files.
+POSITIONS_IN_RESULT_MAX_ROWS = 2_000_000
+
+
+def positions_in_memory(spec: StageSpec, vectors: bool, rows: int = 0) -> StageSpec:
+    """``spec`` whose writer keeps a table's position deletes as rows: a table with deletion
+    vectors (``vectors``) and a part of at most ``POSITIONS_IN_RESULT_MAX_ROWS`` rows."""
+    keep = vectors and rows <= POSITIONS_IN_RESULT_MAX_ROWS
+    if keep == spec.writer.position_deletes_in_memory:
+        return spec
+    return dataclasses.replace(spec, writer=dataclasses.replace(spec.writer, position_deletes_in_memory=keep))
+
+
 def write_staged(table: pa.Table, path: str, io_properties: dict[str, str]) -> None:
     """One staged shard as Parquet at ``path`` (a URI on shared storage, or a local path)."""
     if "://" in path:
@@ -56,6 +72,7 @@ class PartInput:
     spec: StageSpec
     chunk_paths: tuple[str, ...] = ()
     chunk_rows: int = 0
+    vectors: bool = False  # the table takes deletion vectors (format v3)
 
 
 def shards_of(part: PartInput, parallelism: int) -> list[pa.Table]:
@@ -70,15 +87,16 @@ def part_tasks(
 ) -> list[StageTask]:
     """The tasks of one table's part; shard ``j`` is staged (written here) at
     ``{prefix}-{j}.parquet``. A part with only staged chunks is one task with no staged file."""
+    whole = positions_in_memory(part.spec, part.vectors, part.staged.num_rows + part.chunk_rows)
     if not part.staged.num_rows:
-        return [StageTask(staged_path="", spec=part.spec, io_properties=io_properties,
+        return [StageTask(staged_path="", spec=whole, io_properties=io_properties,
                           rows=part.chunk_rows, chunk_paths=part.chunk_paths)]  # fmt: skip
     shards = shards_of(part, parallelism)
     tasks = []
     for j, shard in enumerate(shards):
         path = f"{prefix}-{j:03d}.parquet"
         write_staged(shard, path, io_properties)
-        spec = part.spec
+        spec = whole
         if len(shards) > 1:  # its own file names: shards of one batch write side by side
             spec = dataclasses.replace(spec, writer=dataclasses.replace(spec.writer, batch_id=f"{spec.writer.batch_id}-s{j}"))
         tasks.append(StageTask(staged_path=path, spec=spec, io_properties=io_properties,

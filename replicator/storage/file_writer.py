@@ -38,6 +38,8 @@ from replicator.storage.partitioning import PartitionKey, PartitionPlan, encode_
 CONTENT_DATA = 0
 CONTENT_POSITION_DELETES = 1
 CONTENT_EQUALITY_DELETES = 2
+# The data-file column of position-delete rows (the Iceberg spec's name).
+POSITION_PATH = "file_path"
 
 ROW_GROUP_ROWS = 131_072
 # A data file's column is dictionary-encoded only when its first rows repeat values: at most
@@ -232,7 +234,7 @@ class TableFileWriter:
         indexes = deletes.column("file_index").to_pylist()
         paths = pa.array([self.data_path(i) for i in range(max(indexes) + 1)], type=pa.string())
         file_path = paths.take(deletes.column("file_index"))
-        table = pa.Table.from_arrays([file_path, deletes.column("pos").cast(pa.int64())], names=["file_path", "pos"])
+        table = pa.Table.from_arrays([file_path, deletes.column("pos").cast(pa.int64())], names=[POSITION_PATH, "pos"])
         self.write_position_delete_file(0, table)
 
     def _write_fanned_position_deletes(self, deletes: pa.Table) -> None:
@@ -265,7 +267,7 @@ class TableFileWriter:
         for number, (key, parts) in enumerate(by_partition.items()):
             sel = np.concatenate(parts)
             paths = pa.array([self.data_path(int(i)) for i in file_ids[sel]], type=pa.string())
-            table = pa.Table.from_arrays([paths, pa.array(positions[sel])], names=["file_path", "pos"])
+            table = pa.Table.from_arrays([paths, pa.array(positions[sel])], names=[POSITION_PATH, "pos"])
             self.write_position_delete_file(number, table, key)
 
     def write_position_deletes_by_home(
@@ -279,7 +281,7 @@ class TableFileWriter:
         if deletes.num_rows == 0:
             return []
         groups: dict[tuple[int, PartitionKey], list[int]] = {}
-        for i, path in enumerate(deletes.column("file_path").to_pylist()):
+        for i, path in enumerate(deletes.column(POSITION_PATH).to_pylist()):
             groups.setdefault(homes[path], []).append(i)
         out: list[tuple[int, WrittenFile]] = []
         for number, ((spec_id, key), rows) in enumerate(groups.items()):  # in path order

@@ -11,6 +11,7 @@ import pytest
 
 import replicator.iceberg.files as files_mod
 import replicator.pipeline.apply as apply_mod
+import replicator.pipeline.written as written_mod
 from replicator.config import RunConfig
 from replicator.pipeline.runner import Replicator
 from tests.judges import duckdb_rows, spark_rows
@@ -80,6 +81,43 @@ def test_small_batches_skip_the_spark_job_with_the_same_result(
         assert calls == {"spark": 0, "driver": batches}
     # Either way the stage hands its files' footers over: none is read back to describe it.
     assert [p for p in read_back if "-conv-" not in p] == []
+    t = table(cfg)
+    expected = log.expected_rows()
+    assert spark_rows(t.metadata_location, ["id"]) == expected
+    assert duckdb_rows(t.metadata_location, ["id"]) == expected
+
+
+def test_a_v3_tables_position_deletes_come_back_from_spark_as_rows(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the Spark path too, a format-v3 table's position deletes travel in the task's result
+    as rows and become deletion vectors: no position-delete file is written, read back or
+    deleted (``stage_tasks.positions_in_memory``)."""
+    log = ChangeLog()
+    mixed(log, random.Random(7), 80)
+    feed(tmp_path, "0001.jsonl", log)
+    cfg = _with_driver_max_rows(config(tmp_path, max_events=40, format_version=3), 0)
+    calls = _count_stages(monkeypatch)
+    files_read: list[str] = []
+    rows_kept: list[int] = []
+    as_files, as_rows = written_mod.position_files_as_vectors, written_mod.add_positions
+
+    def from_files(table: Any, paths: Any) -> Any:
+        files_read.extend(paths)
+        return as_files(table, paths)
+
+    def from_rows(out: Any, rows: Any) -> None:
+        rows_kept.append(rows.num_rows)
+        as_rows(out, rows)
+
+    monkeypatch.setattr(written_mod, "position_files_as_vectors", from_files)
+    monkeypatch.setattr(written_mod, "add_positions", from_rows)
+    Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
+
+    assert calls["spark"] >= 2 and calls["driver"] == 0
+    assert sum(rows_kept) > 0, "the workload deletes rows of its own batches"
+    assert files_read == []
+    assert not list((tmp_path / "wh").rglob("*posdel*.parquet"))
     t = table(cfg)
     expected = log.expected_rows()
     assert spark_rows(t.metadata_location, ["id"]) == expected
