@@ -24,6 +24,17 @@ holds none. Only when S is in no recorded chunk does the frontier (every row han
 it. Seqs of a resumed run start above every committed one; recorded chunks at or above that
 start were never committed and are dropped, so the recorded chunks never share a seq.
 
+When S is the *last* row of a recorded chunk, every row of the table up to that chunk's own
+last key (kept with the record) is in it: the resumed read starts after that key
+(``committed_starts``) instead of at the acknowledged boundary, which lags when the kill came
+between a commit and its acknowledgement reaching the state file (the benchmark's kill, polled
+right after a commit, re-read a whole committed batch as upserts). The acknowledged boundary
+is never past that key (acknowledgements follow commits). Only the chunk that ENDS at S: an
+earlier chunk may be another run's read-ahead that was never committed (its seqs are below
+the resumed run's, the state's ``next_seq`` counts the read-ahead), and S, a seq of exactly
+one run, tells the run. A record cut where a resumed run's seqs start does not end at its
+chunk's last row and keeps no key.
+
 Tables whose every row may repeat (``SnapshotState.repeats_all``): a table added to a resumed
 snapshot (it may hold rows from before), every table when there is no state file, or a state
 file written before the frontier was kept. A table named in the state and absent from the
@@ -38,9 +49,11 @@ from typing import Any
 
 from replicator.checkpoint import ReplayWindow
 from replicator.events.model import SourcePosition
-from replicator.sources.postgres.snapshot import Chunk, SnapshotState
+from replicator.sources.postgres.snapshot import Chunk, SnapshotPlan, SnapshotState
 
-ChunkRecord = list[Any]  # [table, first seq, last seq, key bound (text key or None)]
+# [table, first seq, last seq, key bound (text key or None), text key of the row at the last
+# seq (None: not known; absent in files written before)]
+ChunkRecord = list[Any]
 Repeats = dict[str, tuple[str | None, ...] | None]  # table -> key rows may repeat up to; None: all
 SNAPSHOT_SEQ_END = 2**62  # above every snapshot seq: the end of a snapshot's positions
 
@@ -85,10 +98,44 @@ def _committed_chunk(
     if pos is None:
         return None
     seq = int(pos[1])
-    for t, first, last, key in state.read_chunks:
-        if t == table and first <= seq <= last:
-            return (key,)
+    for c in state.read_chunks:
+        if c[0] == table and c[1] <= seq <= c[2]:
+            return (c[3],)
     return None
+
+
+def committed_starts(
+    state: SnapshotState | None, tables: Sequence[str], snapshot_lsn: int,
+    committed: Mapping[str, tuple[int | str, ...]],
+) -> dict[str, list[str | None]]:  # fmt: skip
+    """Per table of a resumed snapshot, the key its read may start after: its last committed
+    row ends a recorded chunk, so every row up to that chunk's last key is in the table."""
+    if state is None or state.snapshot_lsn != snapshot_lsn or state.read_frontier is None:
+        return {}
+    out: dict[str, list[str | None]] = {}
+    for t in tables:
+        pos = committed.get(t)
+        if t not in state.tables or not _holds_snapshot_rows(pos, snapshot_lsn):
+            continue
+        assert pos is not None
+        for c in state.read_chunks:
+            if c[0] == t and c[2] == int(pos[1]) and len(c) > 4 and c[4] is not None:
+                out[t] = list(c[4])
+    return out
+
+
+def after_committed_chunks(
+    plan: SnapshotPlan | None, state: SnapshotState | None, snapshot_lsn: int,
+    committed: Mapping[str, tuple[int | str, ...]],
+) -> SnapshotPlan | None:  # fmt: skip
+    """``plan`` (``snapshot.plan_resumed_snapshot``) with each table whose last committed row
+    ends a recorded chunk read after that chunk (``committed_starts``): the acknowledged
+    ``last_key`` lags when the kill came before the acknowledgement."""
+    if plan is None:
+        return None
+    starts = committed_starts(state, [t.qualified for t in plan.tables], snapshot_lsn, committed)
+    first = starts.get(plan.tables[0].qualified, plan.last_key)
+    return replace(plan, last_key=first, starts=starts)
 
 
 def carried_chunks(
@@ -99,9 +146,10 @@ def carried_chunks(
     if state is None or state.snapshot_lsn != snapshot_lsn:
         return []
     return [
-        [t, first, min(last, next_seq - 1), key]
-        for t, first, last, key in state.read_chunks
-        if first < next_seq
+        # a cut chunk no longer ends at its last key
+        [*c[:2], min(c[2], next_seq - 1), c[3], c[4] if c[2] < next_seq and len(c) > 4 else None]
+        for c in state.read_chunks
+        if c[1] < next_seq
     ]
 
 
@@ -118,22 +166,23 @@ def record_read(
     state: SnapshotState, chunk: Chunk, bound: tuple[str | None, ...] | None, acked_seq: int
 ) -> bool:
     """Record a chunk about to be handed out (its key bound: its last key, or ``bound`` for a
-    chunk that may repeat) and move the table's frontier past it; True when the state changed
-    (the caller saves it before the chunk's first row leaves). Chunks wholly below the
-    acknowledged seq are dropped, but the newest of each table (it may hold that table's
-    last committed row)."""
+    chunk that may repeat; and its last key) and move the table's frontier past it; True when
+    the state changed (the caller saves it before the chunk's first row leaves). Chunks wholly
+    below the acknowledged seq are dropped, but the newest of each table (it may hold that
+    table's last committed row)."""
     if state.read_frontier is None or chunk.boundary is None:
         return False
     table = chunk.table.qualified
     if chunk.repeats and bound is None:
         return False  # every row of the table may repeat (``repeats_all``): nothing to know
-    key = chunk.boundary.last_key if not chunk.repeats else bound
+    last = None if chunk.boundary.last_key is None else list(chunk.boundary.last_key)
+    key = list(bound) if chunk.repeats and bound is not None else last
     first = chunk.boundary.seq - len(chunk) + 1
-    state.read_chunks = _pruned([*state.read_chunks, [table, first, chunk.boundary.seq,
-                                                      None if key is None else list(key)]], acked_seq)  # fmt: skip
+    state.read_chunks = _pruned(
+        [*state.read_chunks, [table, first, chunk.boundary.seq, key, last]], acked_seq
+    )
     if not chunk.repeats:
-        last = chunk.boundary.last_key
-        state.read_frontier[table] = None if last is None else list(last)
+        state.read_frontier[table] = last
     return True
 
 

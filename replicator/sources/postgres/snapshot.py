@@ -140,6 +140,9 @@ class SnapshotReader:
     # Rows a resumed snapshot may have handed out before (``frontier.py``): table -> key up
     # to which its rows may repeat, None for all of them; a table not named: none repeat.
     repeats: dict[str, tuple[str | None, ...] | None] = field(default_factory=dict)
+    # Tables a resumed snapshot reads after a key instead of from their start: every row up
+    # to it is committed (``frontier.after_committed_chunks``); the first table's is ``last_key``.
+    starts: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     # More connections in the same snapshot (``parallel_copy``): COPY chunks are then read by
     # them, several at once; none: by ``conn``, one chunk read ahead.
     helpers: list[psycopg.Connection[Any]] = field(default_factory=list)
@@ -218,6 +221,8 @@ class SnapshotReader:
         """Chunks of rows; ``chunk.boundary`` says where to resume after it."""
         while not self.done:
             t = self.tables[self.table_index]
+            if t.key_columns and t.qualified in self.starts:
+                self.last_key = self.starts[t.qualified]
             cols = self.columns[t.qualified]
             names = tuple(c[0] for c in cols)
             key_cols = t.key_columns
@@ -418,6 +423,8 @@ class SnapshotPlan:
     tables: list[TableInfo]  # in reading order
     last_key: list[str | None] | None  # resume after this key in the first table
     next_seq: int
+    # Tables read after a key, not from their start (``frontier.after_committed_chunks``).
+    starts: dict[str, list[str | None]] = field(default_factory=dict)
 
 
 def copied_keyless(

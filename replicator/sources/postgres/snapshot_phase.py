@@ -95,6 +95,7 @@ class PgSnapshotPhase:
         last_key: list[str | None] | None,
         next_seq: int,
         resumed: SnapshotState | None = None,
+        starts: dict[str, list[str | None]] | None = None,
     ) -> None:
         assert self._text_conn is not None and self._conn is not None and self._asm is not None
         self._snap_lsn = snap_lsn = self._confirmed - 1
@@ -102,6 +103,7 @@ class PgSnapshotPhase:
         reader = SnapshotReader(
             self._text_conn, order, columns, self.snapshot_chunk_rows,
             last_key=tuple(last_key) if last_key is not None else None, next_seq=next_seq,
+            starts={t: tuple(k) for t, k in (starts or {}).items()},
         )  # fmt: skip
         bound = reader.begin(snapshot_name)
         keyless = sorted(t.qualified for t in order if t.qualified in self.keyless_tables)

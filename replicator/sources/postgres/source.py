@@ -57,6 +57,7 @@ from replicator.sources.observe import PollSpent
 from replicator.sources.postgres import setup, standby
 from replicator.sources.postgres.change_group import GROUP_MAX_ROWS
 from replicator.sources.postgres.changes import ChangeAssembler, RelState, SourceStats
+from replicator.sources.postgres.frontier import after_committed_chunks
 from replicator.sources.postgres.incremental import (
     PgIncremental,
     discover_tables,
@@ -258,13 +259,12 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         planned = {**copied_keyless(state, committed, self.keyless_tables, self.slot), **committed}
         if state is not None and state.slot != self.slot:
             state = None
-        plan = plan_resumed_snapshot(
-            infos, {t.qualified for t in added}, planned, self._confirmed, state
-        )
+        plan = after_committed_chunks(plan_resumed_snapshot(
+            infos, {t.qualified for t in added}, planned, self._confirmed, state), state, self._confirmed - 1, planned)  # fmt: skip
         plan = self._start_incremental(plan, state, planned)
         if plan is not None:
             log.info("snapshot of %d table(s), resumed after %s", len(plan.tables), plan.last_key)
-            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq, state)
+            self._begin_snapshot(plan.tables, None, plan.last_key, plan.next_seq, state, plan.starts)
 
     def _start_streamed(self, server_version: int) -> None:
         self._streamed = None
@@ -322,7 +322,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         keep = [t for t in order if t not in new or t in rest]
         if plan is None or not keep:
             return None
-        return SnapshotPlan(keep, plan.last_key if keep[0] is order[0] else None, plan.next_seq)
+        return SnapshotPlan(keep, plan.last_key if keep[0] is order[0] else None, plan.next_seq, plan.starts)
 
     def _discover(self) -> None:
         """Every table selected (no ``source.tables``): a table that appears in the source

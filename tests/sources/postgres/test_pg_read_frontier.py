@@ -7,8 +7,9 @@ from pathlib import Path
 
 from replicator.checkpoint import Checkpoints, ReplayWindow, plan_batch
 from replicator.events.model import SourcePosition
-from replicator.sources.common.snapshot import Boundary
+from replicator.sources.common.snapshot import Boundary, record_boundary
 from replicator.sources.postgres.frontier import (
+    after_committed_chunks,
     carried_chunks,
     carried_frontier,
     plain_reads_after,
@@ -16,10 +17,25 @@ from replicator.sources.postgres.frontier import (
     resumed_repeats,
     whole_tables_unless_copied,
 )
+from replicator.sources.postgres.position import PgPosition as P
 from replicator.sources.postgres.setup import TableInfo
-from replicator.sources.postgres.snapshot import Chunk, SnapshotState
+from replicator.sources.postgres.snapshot import (
+    Chunk,
+    SnapshotPlan,
+    SnapshotState,
+    plan_resumed_snapshot,
+)
 
 LSN = 100
+
+
+def _plan(tables: list[TableInfo], added: set[str], committed: dict[str, P], confirmed: int,
+          state: SnapshotState) -> SnapshotPlan | None:  # fmt: skip
+    """The source's resume plan: the acknowledged one, then the committed chunks' starts."""
+    done = {t: (p.lsn, p.seq) for t, p in committed.items()}
+    return after_committed_chunks(plan_resumed_snapshot(tables, added, committed, confirmed, state),
+                                  state, confirmed - 1, done)  # fmt: skip
+A = TableInfo(1, "public", "a", "d", ("id",))
 
 
 def _state(**kw: object) -> SnapshotState:
@@ -71,8 +87,10 @@ def test_record_read_moves_only_on_plain_chunks(tmp_path: Path) -> None:
     assert record_read(st, _chunk("public.a", ("430",), seq=19), None, -1)
     assert record_read(st, _chunk("public.b", ("7",), seq=29), None, -1)
     assert st.read_frontier == {"public.a": ["430"], "public.b": ["7"]}
-    assert st.read_chunks == [["public.a", 0, 9, ["420"]], ["public.a", 10, 19, ["430"]],
-                              ["public.b", 20, 29, ["7"]]]  # fmt: skip
+    # [table, first, last seq, key bound, the chunk's own last key]
+    assert st.read_chunks == [["public.a", 0, 9, ["420"], ["300"]],
+                              ["public.a", 10, 19, ["430"], ["430"]],
+                              ["public.b", 20, 29, ["7"], ["7"]]]  # fmt: skip
     # every row repeats anyway: nothing recorded
     assert not record_read(st, _chunk("public.c", ("1",), repeats=True, seq=39), None, -1)
     # acknowledged up to 25: a's newest chunk below it stays (it may hold a's last commit)
@@ -102,9 +120,10 @@ def test_committed_row_bounds_repeats_by_its_chunk() -> None:
     # a resumed run starting at seq 20 drops the chunks never committed
     assert [c[1] for c in carried_chunks(st, LSN, 20)] == [0, 10]
     # a committed seq inside a chunk (the resumed run starts at 15): the chunk is cut there
+    # (records of a file written before: no last key)
     assert carried_chunks(st, LSN, 15) == [
-        ["public.a", 0, 9, ["420"]],
-        ["public.a", 10, 14, ["500"]],
+        ["public.a", 0, 9, ["420"], None],
+        ["public.a", 10, 14, ["500"], None],
     ]
     assert carried_chunks(st, LSN + 1, 20) == []
     # tables read row by row: whole tables
@@ -136,3 +155,78 @@ def test_plain_reads_policy() -> None:
     assert plan_batch(
         pg(LSN, 50), pg(LSN, 90), later, Checkpoints(), target_file_bytes=1
     ).policy.upsert_reads
+
+
+def _run1_state() -> SnapshotState:
+    """Run 1 of one table, chunks of 10 rows (keys 10, 20, ... at their ends): batch 1 (seqs
+    0..9) committed and acknowledged, batch 2 (10..19) committed but its acknowledgement lost
+    in the kill; the chunk 20..29 was handed out (read ahead), not committed."""
+    st = _state(tables=["public.a"], read_frontier={})
+    for seq, acked in ((9, -1), (19, -1), (29, 9)):
+        record_read(st, _chunk("public.a", (str(seq + 1),), seq=seq), None, acked)
+    record_boundary(st, Boundary(9, 0, ("10",)), ["10"], 30, None)  # the ack of batch 1
+    return st
+
+
+def test_lost_acknowledgement_resumes_after_the_committed_chunk() -> None:
+    """The bigsnapshot 2-of-6 runs: the table's last committed row (its checkpoint, seq 19)
+    ends a recorded chunk, but the state's acknowledged resume point is the batch before
+    (key 10). Every row up to key 20 is in the table: the resumed run reads after it, so no
+    committed row is re-read as an upsert (it was: a whole batch of equality deletes)."""
+    st = _run1_state()
+    committed = {"public.a": P(LSN, 19)}
+    plan = _plan([A], set(), committed, LSN + 1, st)
+    assert plan is not None and plan.next_seq == 30
+    repeats = resumed_repeats(st, ["public.a"], LSN, {"public.a": (LSN, 19)})
+    # re-read as upserts: the keys after the resume point up to the bound; none
+    assert (plan.last_key, repeats) == (["20"], {"public.a": ("20",)})
+
+
+def test_committed_chunk_start_only_where_every_row_up_to_it_is_committed() -> None:
+    st = _run1_state()
+    # committed inside a chunk (seq 15 of 10..19): rows past it up to key 20 were not
+    # committed, the resume point stays the acknowledged one
+    plan = _plan([A], set(), {"public.a": P(LSN, 15)}, LSN + 1, st)
+    assert plan is not None and plan.last_key == ["10"] and plan.starts == {}
+    # ... even where an earlier chunk ends below the committed row: it may be another run's
+    # read-ahead, never committed (run 2 read again after key 10, from seq 30; it committed
+    # seq 31, inside its first chunk): the start stays key 10, not run 1's key 30
+    run2 = _state(tables=["public.a"], read_frontier=st.read_frontier, last_key=["10"],
+                  read_chunks=carried_chunks(st, LSN, 30), next_seq=30)  # fmt: skip
+    record_read(run2, _chunk("public.a", ("15",), repeats=True, seq=39), ("30",), 9)
+    plan = _plan([A], set(), {"public.a": P(LSN, 31)}, LSN + 1, run2)
+    assert plan is not None and plan.last_key == ["10"] and plan.starts == {}
+    # a chunk cut where a resumed run's seqs start ends at that committed row, not at its
+    # key: a later resume must not take its key for committed
+    cut = _state(tables=["public.a"], read_frontier=st.read_frontier,
+                 read_chunks=carried_chunks(st, LSN, 16), last_key=["10"])  # fmt: skip
+    assert [c[2] for c in cut.read_chunks] == [9, 15]
+    plan = _plan([A], set(), {"public.a": P(LSN, 15)}, LSN + 1, cut)
+    assert plan is not None and plan.last_key == ["10"]
+    # a chunk inside an earlier resume's repeat part (bound 50): its own last key, not the
+    # bound, is committed
+    rep = _state(tables=["public.a"], read_frontier={"public.a": ["50"]}, last_key=["10"])
+    record_read(rep, _chunk("public.a", ("20",), repeats=True, seq=19), ("50",), -1)
+    plan = _plan([A], set(), {"public.a": P(LSN, 19)}, LSN + 1, rep)
+    assert plan is not None and plan.last_key == ["20"]
+    # a state file written before (4-element records): as before
+    old = _state(tables=["public.a"], read_frontier={}, last_key=["10"],
+                 read_chunks=[["public.a", 10, 19, ["20"]]])  # fmt: skip
+    plan = _plan([A], set(), {"public.a": P(LSN, 19)}, LSN + 1, old)
+    assert plan is not None and plan.last_key == ["10"]
+
+
+def test_committed_chunk_start_of_a_later_table() -> None:
+    """The lost acknowledgement covered the end of a and the start of b: the state resumes at
+    a's last chunk; b starts after its committed chunk (the reader's ``starts``)."""
+    b = TableInfo(2, "public", "b", "d", ("id",))
+    st = _state(tables=["public.a", "public.b"], read_frontier={}, last_key=["10"])
+    record_read(st, _chunk("public.a", ("20",), seq=19), None, -1)
+    record_read(st, _chunk("public.b", ("7",), seq=29), None, -1)
+    committed = {"public.a": P(LSN, 19), "public.b": P(LSN, 29)}
+    plan = _plan([A, b], set(), committed, LSN + 1, st)
+    assert plan is not None and plan.last_key == ["20"]
+    assert plan.starts == {"public.a": ["20"], "public.b": ["7"]}
+    # b committed no row of this snapshot: read from its start
+    plan = _plan([A, b], set(), {"public.a": P(LSN, 19)}, LSN + 1, st)
+    assert plan is not None and plan.starts == {"public.a": ["20"]}
