@@ -13,6 +13,9 @@ still exists (same process, same data):
     .venv/bin/python -m benchmarks.micro describe     # a batch's files described for manifests:
                                                       # footers kept by the writer vs read back
                                                       # (local disk, and SeaweedFS S3)
+    .venv/bin/python -m benchmarks.micro positions    # v3 position deletes per data file: one sort
+                                                      # vs the per-file scan it replaced
+    .venv/bin/python -m benchmarks.micro files        # creating a small file in /tmp, /var/tmp, ...
 
 ``staging`` has no old path left in the tree: run it on an older checkout for the baseline
 (``git worktree add --detach /tmp/old <rev>``, then the same command there).
@@ -500,10 +503,71 @@ def _v3_positions(base: Path, schema: Any, tables: int, repeat: int, server: Any
               f"task's result (Arrow IPC) {best['ipc']:.3f} s")  # fmt: skip
 
 
+def _positions_by_scan(out: dict[str, Any], rows: Any) -> None:
+    """``table_commit.add_positions`` before a45e824 (the baseline): one filter over every row
+    per data file."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from replicator.iceberg.roaring import union
+
+    for name in pc.unique(rows.column("file_path")).to_pylist():
+        chosen = rows.filter(pc.equal(rows.column("file_path"), pa.scalar(name)))
+        values = np.unique(chosen.column("pos").to_numpy().astype(np.uint64))
+        out[str(name)] = union(out[str(name)], values) if str(name) in out else values
+
+
+def positions(n: int = 100_000, repeat: int = 5) -> None:
+    """Position-delete rows grouped into positions per data file (a v3 table's deletion
+    vectors): one sort (``table_commit.add_positions``) against the per-file scan it replaced;
+    ``n`` rows over 1 to 10,000 data files, wall seconds, best of ``repeat``."""
+    import numpy as np
+    import pyarrow as pa
+
+    from replicator.iceberg.table_commit import add_positions
+
+    rng = np.random.default_rng(1)
+    for files in (1, 100, 1_000, 10_000):
+        paths = np.array([f"s3://bucket/wh/db/t/data/00000-{i:05d}-0123456789abcdef.parquet" for i in range(files)])
+        rows = pa.table({"file_path": pa.array(paths[np.sort(rng.integers(0, files, n))]),
+                         "pos": pa.array(rng.integers(0, 1_000_000, n), pa.int64())})  # fmt: skip
+        best = {}
+        for label, fn in (("per-file scan", _positions_by_scan), ("one sort", add_positions)):
+            times = []
+            for _ in range(repeat if files < 10_000 or label == "one sort" else 1):
+                t0 = time.perf_counter()
+                fn({}, rows)
+                times.append(time.perf_counter() - t0)
+            best[label] = min(times)
+        print(f"{n:,} position deletes over {files:,} data files: per-file scan {best['per-file scan']:.3f} s, "
+              f"one sort {best['one sort']:.3f} s")  # fmt: skip
+
+
+def file_creation(files: int = 1_000) -> None:
+    """What creating a small file costs in a few directories of this machine (``open`` with
+    O_CREAT, a 100-byte write, ``close``): ms a file. A batch over 100 tables creates ~800
+    files (``benchmarks/README``, file creation under ``/tmp``)."""
+    import os
+    import shutil
+
+    for root in ("/tmp", "/var/tmp", str(Path.cwd()), str(Path.home())):
+        d = tempfile.mkdtemp(prefix="micro-files-", dir=root)
+        try:
+            t0 = time.perf_counter()
+            for i in range(files):
+                fd = os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+                os.write(fd, b"x" * 100)
+                os.close(fd)
+            print(f"{root}: {(time.perf_counter() - t0) / files * 1e3:.3f} ms a file ({files:,} files)")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader",
-                                     "describe"])  # fmt: skip
+                                     "describe", "positions", "files"])  # fmt: skip
     ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
     ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
     ap.add_argument("--tables", type=int, default=4, help="reader: the changes spread over this many tables")
@@ -521,6 +585,10 @@ def main(argv: list[str] | None = None) -> None:
         describe_files()
     elif args.what == "deleted-share":
         deleted_share()
+    elif args.what == "positions":
+        positions()
+    elif args.what == "files":
+        file_creation()
     else:
         for size in (3.0, 1.0):
             compaction(file_mb=size, appends=300 if size == 3.0 else 1000)
