@@ -3,6 +3,7 @@ the engine's process, and the tables come out the same as through Spark."""
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,22 @@ def test_small_batches_skip_the_spark_job_with_the_same_result(
 
 
 def test_a_v3_tables_position_deletes_come_back_from_spark_as_rows(
-    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On the Spark path too, a format-v3 table's position deletes travel in the task's result
     as rows and become deletion vectors: no position-delete file is written, read back or
     deleted (``stage_tasks.positions_in_memory``)."""
     log = ChangeLog()
     mixed(log, random.Random(7), 80)
+    # one transaction larger than a batch (staged in chunks, read by the task before the
+    # batch): inserts, then updates and deletes of the same rows inside it
+    for k in range(5000, 5060):
+        log.insert(k, tx=900, v=f"v{k}", n=k % 7)
+    for k in range(5000, 5060, 2):
+        log.update(k, tx=900, v=f"w{k}", n=1)
+    for k in range(5001, 5060, 6):
+        log.delete(k, tx=900)
+    mixed(log, random.Random(8), 20, first_tx=1000)
     feed(tmp_path, "0001.jsonl", log)
     cfg = _with_driver_max_rows(config(tmp_path, max_events=40, format_version=3), 0)
     calls = _count_stages(monkeypatch)
@@ -112,8 +122,10 @@ def test_a_v3_tables_position_deletes_come_back_from_spark_as_rows(
 
     monkeypatch.setattr(written_mod, "position_files_as_vectors", from_files)
     monkeypatch.setattr(written_mod, "add_positions", from_rows)
-    Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
+    with caplog.at_level(logging.INFO, logger="replicator.pipeline.batcher"):
+        Replicator(cfg, engine="spark", spark=spark).run(until_idle=True)
 
+    assert "outgrows the batch; staging its changes in chunks" in caplog.text
     assert calls["spark"] >= 2 and calls["driver"] == 0
     assert sum(rows_kept) > 0, "the workload deletes rows of its own batches"
     assert files_read == []
