@@ -268,8 +268,8 @@ def _compiled(arrow: RowArrow, schema: TableSchema, body: bytes, kind: int) -> l
 def _typed(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _typed(x) for k, x in v.items()}
-    if isinstance(v, tuple):
-        return tuple(_typed(x) for x in v)
+    if isinstance(v, tuple | list):  # lists too: a NaN in one is not equal to another NaN
+        return (type(v).__name__, tuple(_typed(x) for x in v))
     if isinstance(v, float) and math.isnan(v):
         return ("float", "nan")
     if isinstance(v, float):
