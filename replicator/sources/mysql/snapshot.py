@@ -25,7 +25,9 @@ at P. Rows changed between P and the new snapshot appear in the snapshot (newer 
 again in the stream (older states, then the newest): applied in position order as upserts
 (what the pipeline does with 'r', 'c' and 'u') the table ends right, because every binlog
 event carries full row images. Re-reading a chunk is harmless for the same reason. Without a
-state directory, an interrupted snapshot re-reads the affected tables from their start.
+state directory, an interrupted snapshot re-reads the affected tables from their start. Which
+re-read rows need the upsert: only those up to the durable read frontier (``frontier.py``);
+past it they are plain inserts.
 """
 
 from __future__ import annotations
@@ -127,9 +129,26 @@ class SnapshotState(JsonStateFile):
     next_seq: int = 0  # above every seq handed out so far
     complete: bool = False
     source_id: str | None = None  # whose snapshot this is (``sources.common.identity``)
+    # The durable read frontier (``frontier.py``): per table, the encoded key of the last row
+    # handed out, written before a chunk's first row leaves. None: not kept (a state file
+    # written before it was, or a snapshot resumed without one): every re-read row may repeat.
+    read_frontier: dict[str, list[Any]] | None = None
+    repeats_all: list[str] = field(default_factory=list)  # tables whose every row may repeat
 
     def done_tables(self) -> set[str]:
         return set(self.tables if self.complete else self.tables[: self.table_index])
+
+
+def _key_after(pk: Sequence[str], key: Sequence[Any], params: list[Any]) -> str:
+    """``pk > key`` in keyset order, as (a > x) OR (a = x AND b > y) ...: every server
+    optimises this form (``params`` gets its values)."""
+    ors = []
+    for i in range(len(pk)):
+        terms = [f"{quote_ident(pk[j])} = %s" for j in range(i)]
+        terms.append(f"{quote_ident(pk[i])} > %s")
+        ors.append("(" + " AND ".join(terms) + ")")
+        params.extend(key[: i + 1])
+    return "(" + " OR ".join(ors) + ")"
 
 
 # -- table descriptions ------------------------------------------------------------------------
@@ -258,6 +277,7 @@ class Chunk:
     first_seq: int
     boundary: Boundary
     block: RowBlock | None = None  # its rows as Arrow columns (``blocks.py``); None: row by row
+    repeats: bool = False  # its rows may already be in the table (``frontier.py``)
 
     def __len__(self) -> int:
         return len(self.rows) if self.block is None else self.block.num_rows
@@ -278,6 +298,10 @@ class SnapshotReader:
     # Query the next chunk (in a helper thread, on ``conn``) while this one is converted and
     # handed on; off for a reader that takes one chunk and stops (incremental snapshots).
     read_ahead: bool = True
+    # Per table (qualified name), how far a resumed snapshot's re-read rows may already be in
+    # it (``frontier.resumed_repeats``): up to a key (read first, up to it, as repeating
+    # chunks), or None: every row; a table not named has none.
+    repeats: dict[str, tuple[Any, ...] | None] = field(default_factory=dict)
 
     def estimated_rows(self) -> int:
         total = 0
@@ -318,37 +342,47 @@ class SnapshotReader:
                 base, pk, key_idx = self._sql(t)
                 if not pk:
                     yield from self._keyless_chunks(t, base)
-                pending = run(self._fetch, *self._keyset(base, pk)) if pk else None
+                repeat_all = t.info.qualified in self.repeats and self.repeats[t.info.qualified] is None
+                upper = self.repeats.get(t.info.qualified) if pk else None  # the repeat part's end
+                pending = run(self._fetch, *self._keyset(base, pk, upper)) if pk else None
                 while pending is not None:
                     fetched = pending.result()
                     last = self._last(fetched)
-                    if last is None:
-                        break
                     n = len(fetched)
-                    self.last_key = tuple(last[i] for i in key_idx)
-                    pending = run(self._fetch, *self._keyset(base, pk)) if n >= self.chunk_rows else None
+                    repeats = repeat_all or upper is not None
+                    key = None if last is None else tuple(last[i] for i in key_idx)
+                    self.last_key = key if key is not None else self.last_key
+                    if upper is not None and n < self.chunk_rows:
+                        # Every key up to the frontier is read: on after it, plain inserts
+                        # (rows between the chunk's last key and it are not there).
+                        self.last_key, upper = upper, None
+                        pending = run(self._fetch, *self._keyset(base, pk))
+                    else:
+                        pending = run(self._fetch, *self._keyset(base, pk, upper)) if n >= self.chunk_rows else None
+                    if key is None:
+                        continue
                     rows, block = self._convert(t, fetched)
                     first = self.next_seq
                     self.next_seq += n
-                    b = Boundary(self.next_seq - 1, self.table_index, self.last_key)
+                    b = Boundary(self.next_seq - 1, self.table_index, key)
                     self.boundaries.append(b)
-                    yield Chunk(t, rows, first, b, block)
+                    yield Chunk(t, rows, first, b, block, repeats)
                 self.table_index += 1
                 self.last_key = None
                 self.boundaries.append(Boundary(self.next_seq - 1, self.table_index, None))
 
-    def _keyset(self, base: str, pk: Sequence[str]) -> tuple[str, list[Any]]:
-        """The query of the chunk after ``last_key`` (keyset pagination), and its params."""
-        sql, params = base, list[Any]()
+    def _keyset(
+        self, base: str, pk: Sequence[str], upper: tuple[Any, ...] | None = None
+    ) -> tuple[str, list[Any]]:
+        """The query of the chunk after ``last_key`` (keyset pagination), up to ``upper``
+        (inclusive) if given, and its params."""
+        sql, params, where = base, list[Any](), []
         if self.last_key is not None:
-            # (a > x) OR (a = x AND b > y) ...: every server optimises this form.
-            ors = []
-            for i in range(len(pk)):
-                terms = [f"{quote_ident(pk[j])} = %s" for j in range(i)]
-                terms.append(f"{quote_ident(pk[i])} > %s")
-                ors.append("(" + " AND ".join(terms) + ")")
-                params.extend(self.last_key[: i + 1])
-            sql += " WHERE " + " OR ".join(ors)
+            where.append(_key_after(pk, self.last_key, params))
+        if upper is not None:
+            where.append("NOT " + _key_after(pk, upper, params))  # key columns are never null
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         order = " ORDER BY " + ", ".join(quote_ident(k) for k in pk)
         return f"{sql}{order} LIMIT {int(self.chunk_rows)}", params
 

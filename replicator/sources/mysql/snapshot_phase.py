@@ -10,6 +10,7 @@ it shares the source's connections, converters, history and state.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,13 @@ from replicator.events.model import ChangeEvent, Op
 from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
+from replicator.sources.mysql.frontier import (
+    Repeats,
+    carried_frontier,
+    plain_reads_after,
+    record_read,
+    resumed_repeats,
+)
 from replicator.sources.mysql.position import (
     MYSQL,
     SNAPSHOT_BASE,
@@ -76,6 +84,7 @@ class MySnapshotPhase:
     _cursor: SnapshotCursor[Chunk] | None
     _snap_point: BinlogPoint | None
     _snap_state: SnapshotState | None
+    _lock: threading.RLock  # acknowledge() may come from another thread
 
     def _begin_snapshot(
         self,
@@ -83,7 +92,11 @@ class MySnapshotPhase:
         point: BinlogPoint | None,
         last_key: tuple[Any, ...] | None,
         next_seq: int,
+        resumed: SnapshotState | None = None,
     ) -> None:
+        """Open the snapshot and its reader; ``point``: where a resumed one's rows sit (None:
+        a fresh start, at the new snapshot), ``resumed``: the interrupted snapshot's state
+        (of ``point``; its read frontier, ``frontier.py``), if any."""
         assert self.server is not None and self._conn is not None
         conn = setup.connect(self.params)
         try:
@@ -92,6 +105,9 @@ class MySnapshotPhase:
         except BaseException:
             conn.close()
             raise
+        names = [t.qualified for t in order]
+        repeats: Repeats = {}
+        frontier: dict[str, list[Any]] | None = {}
         if point is None:  # a fresh start: the stream continues where the snapshot was taken
             point = snap_at
         else:
@@ -103,6 +119,11 @@ class MySnapshotPhase:
             )
             if self.offsets_path is not None:  # from an earlier life of these tables
                 self.offsets_path.unlink(missing_ok=True)
+            if resumed is not None and tuple(resumed.point) != tuple(point):
+                resumed = None  # another snapshot's frontier says nothing about this one
+            repeats, frontier = resumed_repeats(resumed, names), carried_frontier(resumed)
+            if frontier is not None:  # re-read rows past the frontier are plain inserts
+                self.replay = plain_reads_after(self.replay, point, next_seq - 1)
         log.info(
             "snapshot of %d table(s) at %s:%d (binlog resumes at %s:%d)",
             len(order),
@@ -134,17 +155,15 @@ class MySnapshotPhase:
         self._resume = point
         self._snap_point = point
         reader = SnapshotReader(
-            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq
-        )
+            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq,
+            repeats=repeats,
+        )  # fmt: skip
         self._snap = reader
         self._snap_state = SnapshotState(
-            list(point),
-            [t.qualified for t in order],
-            0,
-            encode_key(last_key) if last_key else None,
-            next_seq,
-            source_id=self.source_id,
-        )
+            list(point), names, 0, encode_key(last_key) if last_key else None, next_seq,
+            source_id=self.source_id, read_frontier=frontier,
+            repeats_all=sorted(t for t, k in repeats.items() if k is None),
+        )  # fmt: skip
         if self.snapshot_path:
             self._snap_state.save(self.snapshot_path)
         self._cursor = SnapshotCursor(
@@ -194,6 +213,8 @@ class MySnapshotPhase:
                 self._end_snapshot()
                 return
             chunk, start, stop = got
+            if start == 0:
+                self._take_chunk(chunk)
             n += stop - start
             if chunk.block is not None:
                 yield from self._block_events(chunk, start, stop)
@@ -202,6 +223,16 @@ class MySnapshotPhase:
                 ev = self._snapshot_event(chunk, i, snapshot_parts(file, pos, chunk.first_seq + i))
                 if ev is not None:
                     yield ev
+
+    def _take_chunk(self, chunk: Chunk) -> None:
+        """Before a chunk's first row leaves: its rows' policy and the durable frontier."""
+        assert self._snap_point is not None
+        with self._lock:
+            if chunk.repeats:
+                self.replay = plain_reads_after(self.replay, self._snap_point, chunk.boundary.seq)
+            st = self._snap_state
+            if st is not None and not st.complete and self.snapshot_path and record_read(st, chunk):
+                st.save(self.snapshot_path)
 
     def _snapshot_event(self, chunk: Chunk, i: int, parts: Parts) -> ChangeEvent | None:
         """Row ``i`` of a chunk read row by row: its event, or None (skipped, dead-lettered)."""

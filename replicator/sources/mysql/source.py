@@ -317,7 +317,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             needs.sort(key=lambda t: (t.qualified != current, t.qualified))  # resume it first
             if state.last_key is not None and needs and needs[0].qualified == current:
                 last_key = decode_key(state.last_key)
-        self._begin_snapshot(needs, resume, last_key, next_seq)
+        self._begin_snapshot(needs, resume, last_key, next_seq, state)
 
     def _start_incremental(self, needs: list[setup.TableInfo]) -> list[setup.TableInfo]:
         """Set up incremental snapshots; returns the tables left to the snapshot before
