@@ -1,9 +1,12 @@
 """A large initial snapshot, killed part-way and resumed: rows/s, the progress bar, no loss.
 
     .venv/bin/python -m benchmarks.bigsnapshot --rows 10000000 [--kill-at 0.4] [--out DIR]
+    .venv/bin/python -m benchmarks.bigsnapshot --source mariadb --rows 2000000
 
 Set-up (not measured): a private Postgres with ``big`` (8 columns: bigint key, int, text,
-numeric(12,2), double, timestamptz, boolean, date) filled by ``generate_series``.
+numeric(12,2), double, timestamptz, boolean, date) filled by ``generate_series``; or, with
+``--source mariadb``, a private MariaDB with the same columns in MariaDB's types, filled from
+the Sequence engine (no raw-read baseline there).
 
 Measured, as a user would run it: ``replicator run --until-idle`` in a pseudo-terminal (so
 the tqdm bar draws as on a terminal; the transcript is kept), SIGKILLed once the Iceberg
@@ -54,6 +57,27 @@ def _setup(dsn: str, rows: int) -> float:
         for lo in range(1, rows + 1, FILL_STEP):
             conn.execute(FILL_SQL.format(lo=lo, hi=min(lo + FILL_STEP - 1, rows)).encode())
         conn.execute("VACUUM ANALYZE big")
+    return time.perf_counter() - t0
+
+
+MARIADB_DDL = (
+    "CREATE TABLE big (id BIGINT PRIMARY KEY, a INT, b VARCHAR(64), c DECIMAL(12,2), d DOUBLE, "
+    "e TIMESTAMP(6) NULL, f BOOLEAN, g DATE)"
+)
+MARIADB_FILL = (
+    "INSERT INTO big SELECT seq, seq % 100000, CONCAT('name-', seq), (seq % 1000000) / 100, "
+    "seq * 0.25, TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND, seq % 3 = 0, "
+    "DATE'2000-01-01' + INTERVAL (seq % 9000) DAY FROM seq_{lo}_to_{hi}"
+)
+MARIADB_SERVER_ID = 4242  # the engine's binlog reader (the server's own is 1)
+
+
+def _setup_mariadb(db: Any, rows: int) -> float:
+    t0 = time.perf_counter()
+    db.execute(MARIADB_DDL, db=db.dbname)
+    for lo in range(1, rows + 1, FILL_STEP):
+        db.execute(MARIADB_FILL.format(lo=lo, hi=min(lo + FILL_STEP - 1, rows)), db=db.dbname)
+    db.execute("ANALYZE TABLE big", db=db.dbname)
     return time.perf_counter() - t0
 
 
@@ -162,6 +186,26 @@ def _run_engine(config: Path, transcript: Path, *, kill_at_rows: int | None) -> 
     return {"seconds": round(seconds, 1), "killed": killed, "rows_after": _committed_rows(catalog_db)}
 
 
+def _server(source: str, where: str) -> Any:
+    """A private Postgres or MariaDB (a context manager)."""
+    if source == "postgres":
+        from sample_dbs.postgres.server import PrivatePostgres
+
+        return PrivatePostgres(where)
+    from sample_dbs.mysql.server import PrivateMariaDB
+
+    return PrivateMariaDB(where, dbname="bench")
+
+
+def _source_rows(source: str, db: Any) -> int:
+    if source == "postgres":
+        import psycopg
+
+        with psycopg.connect(db.dsn) as conn:
+            return int(conn.execute("SELECT count(*) FROM big").fetchone()[0])
+    return int(db.execute("SELECT count(*) FROM big", db=db.dbname)[0][0])
+
+
 def _bar_lines(transcript: Path) -> list[str]:
     """The distinct progress-bar states tqdm drew (carriage returns separate them)."""
     text = transcript.read_text(errors="replace")
@@ -173,28 +217,37 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--kill-at", type=float, default=0.4, help="share of rows committed at the kill")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bigsnapshot")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/results/bigsnapshot (bigsnapshot-mariadb with --source mariadb)")
+    ap.add_argument("--source", choices=("postgres", "mariadb"), default="postgres")
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "bigsnapshot" if args.source == "postgres" else "bigsnapshot-mariadb"
+        args.out = ROOT / "benchmarks" / "results" / name
 
-    import psycopg
     import yaml
 
-    from sample_dbs.postgres.server import PrivatePostgres
-
     base = Path(tempfile.mkdtemp(prefix="rp-bigsnap-"))
-    pg_dir = tempfile.mkdtemp(prefix="rp-bigsnap-pg-")  # its own: handed to user postgres
+    db_dir = tempfile.mkdtemp(prefix="rp-bigsnap-db-")  # its own: handed to the server's user
     args.out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"rows": args.rows, "kill_at": args.kill_at,
+    result: dict[str, Any] = {"rows": args.rows, "kill_at": args.kill_at, "source": args.source,
                               "command": "python -m benchmarks.bigsnapshot " + " ".join(argv or sys.argv[1:])}  # fmt: skip
     try:
-        with PrivatePostgres(pg_dir) as pg:
-            result["setup_seconds"] = round(_setup(pg.dsn, args.rows), 1)
+        with _server(args.source, db_dir) as db:
+            if args.source == "postgres":
+                result["setup_seconds"] = round(_setup(db.dsn, args.rows), 1)
+                source = {"type": "postgres", "dsn": db.dsn, "tables": ["public.big"]}
+            else:
+                result["setup_seconds"] = round(_setup_mariadb(db, args.rows), 1)
+                source = {"type": "mysql", "dsn": db.dsn, "server_id": MARIADB_SERVER_ID,
+                          "tables": [f"{db.dbname}.big"]}  # fmt: skip
             print(f"set-up: {args.rows:,} rows in {result['setup_seconds']} s", flush=True)
-            result["raw"] = _raw_copy(pg.dsn)
-            print(f"raw COPY / CSV parse: {result['raw']}", flush=True)
+            if args.source == "postgres":
+                result["raw"] = _raw_copy(db.dsn)
+                print(f"raw COPY / CSV parse: {result['raw']}", flush=True)
             config = base / "replicator.yaml"
             config.write_text(yaml.safe_dump({
-                "source": {"type": "postgres", "dsn": pg.dsn, "tables": ["public.big"]},
+                "source": source,
                 "iceberg": {"catalog_uri": f"sqlite:///{base}/catalog.db",
                             "warehouse": str(base / "wh"), "namespace": "cdc"},
                 "state_dir": str(base / "state"),
@@ -208,9 +261,9 @@ def main(argv: list[str] | None = None) -> None:
                 [sys.executable, "-m", "replicator.cli.main", "diff", "--config", str(config), "--json"],
                 cwd=ROOT, capture_output=True, text=True, check=False,
             )  # fmt: skip
+            (args.out / "diff.stderr").write_text(diff.stderr)
             result["equality_deletes"] = _equality_deletes(base / "catalog.db")
-            with psycopg.connect(pg.dsn) as conn:
-                source_rows = conn.execute("SELECT count(*) FROM big").fetchone()[0]
+            source_rows = _source_rows(args.source, db)
         report = json.loads(diff.stdout) if diff.stdout.strip() else {}
         total = first["seconds"] + second["seconds"]
         copied_in_run2 = second["rows_after"] - first["rows_after"]
@@ -231,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         })  # fmt: skip
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        shutil.rmtree(pg_dir, ignore_errors=True)
+        shutil.rmtree(db_dir, ignore_errors=True)
     (args.out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(result, indent=2, default=str))
     ok = result.get("diff_exit_code") == 0 and result.get("iceberg_rows") == result.get("source_rows")

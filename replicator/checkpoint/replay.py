@@ -9,7 +9,9 @@ One idea, stated once. A row already in Iceberg can come again when
   at or before ``ReplayWindow.changes_until`` may repeat a row the snapshot already copied;
 * ... except the snapshot rows a source knows were never handed out before (a resumed
   snapshot past its durable read frontier): ``ReplayWindow.plain_reads``, reads after its
-  first and up to its second position are plain inserts;
+  first and up to its second position are plain inserts, but for the ranges of
+  ``ReplayWindow.repeat_reads`` inside it (a source whose repeating reads come between plain
+  ones: a later table's re-read part);
 * the input is delivered at least once (Kafka / Debezium files re-delivered after a
   restart): every insert may repeat, ``ReplayWindow.all_changes``.
 
@@ -36,6 +38,8 @@ class ReplayWindow:
     changes_until: SourcePosition | None = None
     all_changes: bool = False
     plain_reads: tuple[SourcePosition, SourcePosition] | None = None  # (after, up to)
+    # (first, last) position ranges inside ``plain_reads`` whose reads may repeat all the same
+    repeat_reads: tuple[tuple[SourcePosition, SourcePosition], ...] = ()
 
 
 EXACT = ReplayWindow(snapshot_rows=False)  # a snapshot exported at exactly the stream start
@@ -73,6 +77,7 @@ def plan_batch(
         and plain[0].source == first.source
         and plain[0] < first
         and end <= plain[1]
+        and not any(lo <= end and first <= hi for lo, hi in window.repeat_reads)
     )
     return BatchPlan(
         policy=MappingPolicy(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.table import StaticTable
 
 from replicator.cli.main import main
 from replicator.events.model import SourcePosition
@@ -110,3 +111,46 @@ def test_resumed_snapshot_writes_plain_inserts_past_the_frontier(
     reread = ROWS - acked
     assert snapshot_rows_deletes <= frontier - acked + BATCH, (snapshot_rows_deletes, acked, frontier)
     assert snapshot_rows_deletes < reread  # before the frontier: one per re-read row
+
+
+def test_a_lost_acknowledgement_does_not_reread_the_committed_batch(
+    tmp_path: Path, mysql_db: MySQLDb  # noqa: F811 - the fixture
+) -> None:
+    """Killed after a snapshot batch's commit, before its acknowledgement reached the state
+    file (the ``committed`` crash point): the batch ends a recorded chunk (batches of 2
+    chunks), so the resumed run reads on after that chunk, not after the acknowledged one,
+    and nothing of the table repeats: no equality delete in ``big`` (before: one for each
+    row after the acknowledged boundary). The tables the first run had not reached are read
+    by the resumed initial snapshot, not copied as an incremental snapshot (all upserts
+    before): a table the first run's read-ahead reached repeats only its handed-out chunks
+    (and the rest of the batch holding the last of them), one it did not reach nothing.
+    Equal to the source for Spark, DuckDB, ``diff``, and pyiceberg where no equality delete
+    was written."""
+    conn = mysql_db.connect()
+    try:
+        seed(conn, 3_000)
+    finally:
+        conn.close()
+    cfg = write_config(tmp_path, mysql_db.dsn, server_id=mysql_db.server_id, max_events=2 * CHUNK)
+    first = _engine(cfg, "committed:2")
+    assert first.returncode == EXIT_CODE, first.stderr[-3000:]
+    state = json.loads((tmp_path / "state" / f"mysql-{mysql_db.server_id}.snapshot.json").read_text())
+    handed_out = {t: sum(c[0] == t for c in state.get("read_chunks", [])) for t in state["tables"]}
+    second = _engine(cfg)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_tables_equal(cfg, mysql_db.dsn)
+    assert main(["diff", "--config", str(cfg)]) == 0
+    for name in ("big", "pairs", "side"):
+        table = f"{mysql_db.name}.{name}"
+        meta = iceberg_metadata(load(cfg), table)
+        assert_no_duplicate_data_files(meta)
+        summaries = spark_snapshot_summaries(meta)
+        assert all(BinlogPosition.of(SourcePosition.from_json(s["summary"]["replicator.position"])).is_snapshot
+                   for s in summaries), name  # every row by the initial snapshot  # fmt: skip
+        deletes = sum(int(s["summary"].get("added-equality-deletes", 0)) for s in summaries)
+        # the handed-out chunks, and the rest of the batch that holds the last of them
+        bound = 0 if name == "big" else CHUNK * handed_out[table] + 2 * CHUNK if handed_out[table] else 0
+        assert deletes <= bound, (name, deletes, handed_out)
+        if deletes == 0:  # the third judge reads it as Iceberg Java does
+            scanned = StaticTable.from_metadata(meta).scan().to_arrow()
+            assert scanned.num_rows == mysql_db.server.execute(f"SELECT count(*) FROM {name}", db=mysql_db.name)[0][0]

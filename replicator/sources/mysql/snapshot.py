@@ -134,6 +134,7 @@ class SnapshotState(JsonStateFile):
     # written before it was, or a snapshot resumed without one): every re-read row may repeat.
     read_frontier: dict[str, list[Any]] | None = None
     repeats_all: list[str] = field(default_factory=list)  # tables whose every row may repeat
+    read_chunks: list[list[Any]] = field(default_factory=list)  # chunks handed out (``frontier.py``)
 
     def done_tables(self) -> set[str]:
         return set(self.tables if self.complete else self.tables[: self.table_index])
@@ -302,6 +303,9 @@ class SnapshotReader:
     # it (``frontier.resumed_repeats``): up to a key (read first, up to it, as repeating
     # chunks), or None: every row; a table not named has none.
     repeats: dict[str, tuple[Any, ...] | None] = field(default_factory=dict)
+    # Per table, the key a resumed read starts after when it is not the acknowledged one
+    # (``frontier.committed_chunks``: its last committed row ends a recorded chunk).
+    starts: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def estimated_rows(self) -> int:
         total = 0
@@ -342,6 +346,8 @@ class SnapshotReader:
                 base, pk, key_idx = self._sql(t)
                 if not pk:
                     yield from self._keyless_chunks(t, base)
+                if self.last_key is None:
+                    self.last_key = self.starts.get(t.info.qualified)
                 repeat_all = t.info.qualified in self.repeats and self.repeats[t.info.qualified] is None
                 upper = self.repeats.get(t.info.qualified) if pk else None  # the repeat part's end
                 pending = run(self._fetch, *self._keyset(base, pk, upper)) if pk else None

@@ -26,11 +26,11 @@ from replicator.sources.common.snapshot import SnapshotCursor
 from replicator.sources.mysql import setup
 from replicator.sources.mysql.emit import Parts, SourceStats, dead_letter, make_event
 from replicator.sources.mysql.frontier import (
-    Repeats,
-    carried_frontier,
+    fresh_plan,
     plain_reads_after,
+    plan_resume,
     record_read,
-    resumed_repeats,
+    with_repeating_chunk,
 )
 from replicator.sources.mysql.position import (
     MYSQL,
@@ -85,6 +85,8 @@ class MySnapshotPhase:
     _snap_point: BinlogPoint | None
     _snap_state: SnapshotState | None
     _lock: threading.RLock  # acknowledge() may come from another thread
+    _snap_acked_seq: int  # the last snapshot seq acknowledged (older chunk records are dropped)
+    _snap_begin_seq: int  # the reader's first seq in this run
 
     def _begin_snapshot(
         self,
@@ -106,8 +108,7 @@ class MySnapshotPhase:
             conn.close()
             raise
         names = [t.qualified for t in order]
-        repeats: Repeats = {}
-        frontier: dict[str, list[Any]] | None = {}
+        plan = fresh_plan()
         if point is None:  # a fresh start: the stream continues where the snapshot was taken
             point = snap_at
         else:
@@ -119,10 +120,10 @@ class MySnapshotPhase:
             )
             if self.offsets_path is not None:  # from an earlier life of these tables
                 self.offsets_path.unlink(missing_ok=True)
-            if resumed is not None and tuple(resumed.point) != tuple(point):
-                resumed = None  # another snapshot's frontier says nothing about this one
-            repeats, frontier = resumed_repeats(resumed, names), carried_frontier(resumed)
-            if frontier is not None:  # re-read rows past the frontier are plain inserts
+            plan = plan_resume(resumed, point, names, self._committed)
+            if names and names[0] in plan.starts:  # past the acknowledged boundary: it lags
+                last_key = plan.starts[names[0]]
+            if plan.frontier is not None:  # re-read rows past the frontier are plain inserts
                 self.replay = plain_reads_after(self.replay, point, next_seq - 1)
         log.info(
             "snapshot of %d table(s) at %s:%d (binlog resumes at %s:%d)",
@@ -130,6 +131,34 @@ class MySnapshotPhase:
             *snap_at,
             *point,
         )
+        tables = self._snap_tables(order, defs, point)
+        self._resume = point
+        self._snap_point = point
+        reader = SnapshotReader(
+            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq,
+            repeats=plan.repeats, starts=plan.starts,
+        )  # fmt: skip
+        self._snap = reader
+        self._snap_state = SnapshotState(
+            list(point), names, 0, encode_key(last_key) if last_key else None, next_seq,
+            source_id=self.source_id, read_frontier=plan.frontier,
+            repeats_all=sorted(t for t, k in plan.repeats.items() if k is None), read_chunks=plan.read_chunks,
+        )  # fmt: skip
+        self._snap_acked_seq, self._snap_begin_seq = -1, next_seq
+        if self.snapshot_path:
+            self._snap_state.save(self.snapshot_path)
+        self._cursor = SnapshotCursor(
+            reader.chunks(),
+            total=reader.estimated_rows(),
+            desc="snapshot mysql",
+            progress=self.progress,
+        )
+
+    def _snap_tables(
+        self, order: list[setup.TableInfo], defs: dict[str, list[ColumnDef]], point: BinlogPoint
+    ) -> list[SnapTable]:
+        """How each table is read and converted (decoding hints recorded in the history at
+        ``point`` for tables it does not know: the stream decodes with the same hints)."""
         tables: list[SnapTable] = []
         for t in order:
             cols = defs[t.qualified]
@@ -139,7 +168,7 @@ class MySnapshotPhase:
                     hints_from_columns((d.name, d.is_bool, d.is_json) for d in cols),
                     (*point, SNAPSHOT_BASE - 1),
                 )
-            hints = self.history.get(t.qualified)  # the stream decodes with the same hints
+            hints = self.history.get(t.qualified)
             cols = [
                 replace(
                     d,
@@ -152,26 +181,7 @@ class MySnapshotPhase:
             st = snap_table(t, cols, self.zero_dates)
             self._converters.append(st.rows)
             tables.append(st)
-        self._resume = point
-        self._snap_point = point
-        reader = SnapshotReader(
-            conn, tables, self.snapshot_chunk_rows, last_key=last_key, next_seq=next_seq,
-            repeats=repeats,
-        )  # fmt: skip
-        self._snap = reader
-        self._snap_state = SnapshotState(
-            list(point), names, 0, encode_key(last_key) if last_key else None, next_seq,
-            source_id=self.source_id, read_frontier=frontier,
-            repeats_all=sorted(t for t, k in repeats.items() if k is None),
-        )  # fmt: skip
-        if self.snapshot_path:
-            self._snap_state.save(self.snapshot_path)
-        self._cursor = SnapshotCursor(
-            reader.chunks(),
-            total=reader.estimated_rows(),
-            desc="snapshot mysql",
-            progress=self.progress,
-        )
+        return tables
 
     def _seed_history(self, infos: list[setup.TableInfo], at: BinlogPoint) -> None:
         """Hints for tables the history does not know yet (information_schema at start)."""
@@ -229,9 +239,10 @@ class MySnapshotPhase:
         assert self._snap_point is not None
         with self._lock:
             if chunk.repeats:
-                self.replay = plain_reads_after(self.replay, self._snap_point, chunk.boundary.seq)
-            st = self._snap_state
-            if st is not None and not st.complete and self.snapshot_path and record_read(st, chunk):
+                self.replay = with_repeating_chunk(self.replay, self._snap_point, chunk.first_seq, chunk.boundary.seq)
+            st, bound = self._snap_state, self._snap.repeats.get(chunk.table.info.qualified) if self._snap else None
+            if st is not None and not st.complete and self.snapshot_path and \
+                    record_read(st, chunk, bound, self._snap_acked_seq):
                 st.save(self.snapshot_path)
 
     def _snapshot_event(self, chunk: Chunk, i: int, parts: Parts) -> ChangeEvent | None:
@@ -276,7 +287,20 @@ class MySnapshotPhase:
     def _end_snapshot(self) -> None:
         if self._snap is not None:
             self._snap.finish()
+            self._complete_if_nothing_read()
         if self._cursor is not None:
             self._cursor.close()
             self._cursor = None
         log.info("snapshot done: %d rows", self.stats.snapshot_rows)
+
+    def _complete_if_nothing_read(self) -> None:
+        """A resumed snapshot that found no row left to read (its tables' last commits ended
+        their recorded chunks, and nothing follows): every row is committed, and no batch will
+        come whose acknowledgement would say so, so the state says it now."""
+        assert self._snap is not None
+        with self._lock:
+            st = self._snap_state
+            if st is not None and not st.complete and self._snap.next_seq == self._snap_begin_seq:
+                st.complete = True
+                if self.snapshot_path:
+                    st.save(self.snapshot_path)

@@ -75,7 +75,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
         self._cursor: SnapshotCursor[Chunk] | None = None  # set while the snapshot is read
         self._snap_point: BinlogPoint | None = None
         self._snap_state: SnapshotState | None = None
+        self._snap_acked_seq = -1
         self._incr: MyIncremental | None = None  # tables copied while streaming (MariaDB)
         self._checkpointed: list[str] = []
         self.incremental_path = state / f"mysql-{server_id}.incremental.json" if state else None
@@ -302,8 +303,12 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             or not finished(self._committed[t.qualified], t.qualified)
         ]
         refuse_overlap(needs, self.keyless_tables)  # a keyless table: the first snapshot only
-        # Tables new to this pipeline are copied while streaming (MariaDB, with a state dir).
-        needs = self._start_incremental(needs)
+        # Tables new to this pipeline are copied while streaming (MariaDB, with a state dir);
+        # those the interrupted snapshot had yet to reach go on in it, plain past its frontier.
+        interrupted = set()
+        if state is not None and not state.complete and state.read_frontier is not None:
+            interrupted = set(state.tables)
+        needs = self._start_incremental(needs, interrupted)
         self._seed_history([t for t in infos if t not in needs], resume)
         if not needs:
             return
@@ -319,9 +324,12 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
                 last_key = decode_key(state.last_key)
         self._begin_snapshot(needs, resume, last_key, next_seq, state)
 
-    def _start_incremental(self, needs: list[setup.TableInfo]) -> list[setup.TableInfo]:
+    def _start_incremental(
+        self, needs: list[setup.TableInfo], interrupted: Collection[str] = ()
+    ) -> list[setup.TableInfo]:
         """Set up incremental snapshots; returns the tables left to the snapshot before
-        streaming (an interrupted first copy, or no incremental snapshots here)."""
+        streaming (an interrupted first copy, tables of ``interrupted`` (the interrupted
+        snapshot's) with nothing committed, or no incremental snapshots here)."""
         assert self.server is not None
         if self.incremental_path is None or not self.server.is_mariadb:
             return needs
@@ -334,7 +342,8 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             state_path=self.incremental_path, chunk_rows=self.snapshot_chunk_rows,
             dead_letter=self._dead_letter_row, progress=self.progress,
         )  # fmt: skip
-        new = [t for t in needs if t.qualified not in self._committed or t.qualified in state.tables]
+        new = [t for t in needs if t.qualified in state.tables
+               or (t.qualified not in self._committed and t.qualified not in interrupted)]  # fmt: skip
         for t in new:
             self._incr.add(t.qualified, "added")
         self._incr.save()
@@ -485,6 +494,7 @@ class MySQLSource(MySnapshotPhase, DatabaseSource):
             st = self._snap_state
             if at.is_snapshot:
                 if st is not None and self._snap is not None and at.point == tuple(st.point):
+                    self._snap_acked_seq = at.snapshot_seq
                     b = self._snap.boundaries.resume_point(at.snapshot_seq)
                     if b is not None:
                         key = encode_key(b.last_key) if b.last_key is not None else None
