@@ -148,14 +148,7 @@ def test_a_resumed_snapshot_repeats_only_up_to_its_frontier(
     snapshot included; the table ends equal to the source."""
     table = _table(db)
     state = tmp_path / "state"
-    src = make_source(db, tables=[table], snapshot_chunk_rows=5, state_dir=state, poll_max_events=3, server_id=4721)
-    src.start(Checkpoints.at({}))
-    first: list[ChangeEvent] = []
-    while len(first) < 17:
-        first.extend(src.poll())
-    first = first[:17]
-    src.acknowledge(first[7].position)  # committed up to row 8: resumes after chunk 1 (row 5)
-    src.close()
+    first = _first_run(db, make_source, state, 4721, acked=7)  # resumes after chunk 1 (row 5)
     saved = json.loads((state / "mysql-4721.snapshot.json").read_text())
     assert saved["read_frontier"] == {table: encode_key((6, "k1"))}  # row 20: chunk 4's last
     db.sql("INSERT INTO f VALUES (5, 'k9', -1)", "UPDATE f SET v = -2 WHERE k1 = 12", "DELETE FROM f WHERE k1 = 2")
@@ -184,6 +177,22 @@ def test_a_resumed_snapshot_repeats_only_up_to_its_frontier(
     assert saved["read_frontier"][table] == encode_key((19, "k2"))  # the table's last row
 
 
+def _first_run(
+    db: TestDb, make_source: Callable[..., MySQLSource], state: Path, server_id: int, *, acked: int
+) -> list[ChangeEvent]:
+    """Chunks of 5, polls of 3: the first 17 rows handed out (the 4th chunk's first two), the
+    ``acked``-th acknowledged, then the source closed (as by a kill)."""
+    src = make_source(db, tables=[f"{db.name}.f"], snapshot_chunk_rows=5, state_dir=state,
+                      poll_max_events=3, server_id=server_id)  # fmt: skip
+    src.start(Checkpoints.at({}))
+    first: list[ChangeEvent] = []
+    while len(first) < 17:
+        first.extend(src.poll())
+    src.acknowledge(first[acked].position)
+    src.close()
+    return first[:17]
+
+
 def _truth(db: TestDb, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     rows = db.sql(f"SELECT k1, k2, v FROM {table.split('.')[1]}")
     return {(r[0], r[1]): {"k1": r[0], "k2": r[1], "v": r[2]} for r in rows}
@@ -199,13 +208,7 @@ def test_a_lost_acknowledgement_reads_on_after_the_committed_chunk(
     upserts)."""
     table = _table(db)
     state = tmp_path / "state"
-    src = make_source(db, tables=[table], snapshot_chunk_rows=5, state_dir=state, poll_max_events=3, server_id=4722)
-    src.start(Checkpoints.at({}))
-    first: list[ChangeEvent] = []
-    while len(first) < 17:
-        first.extend(src.poll())
-    src.acknowledge(first[6].position)  # an earlier batch's acknowledgement: after chunk 1
-    src.close()
+    first = _first_run(db, make_source, state, 4722, acked=6)  # an earlier batch's acknowledgement
     again = make_source(db, tables=[table], snapshot_chunk_rows=5, state_dir=state, server_id=4722)
     again.start(Checkpoints.at({table: first[14].position}))  # committed: 3 chunks (rows 1-15)
     plain = again.replay.plain_reads
