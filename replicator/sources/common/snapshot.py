@@ -52,6 +52,25 @@ def record_boundary(
         state.save(path)
 
 
+# Chunk records a snapshot state keeps at most (``frontier.py`` of each database): dropping
+# the oldest only narrows a resume less (a table whose last commit ends a dropped chunk
+# repeats up to its frontier), and a stopped table (its acknowledgements held back) must not
+# grow the file, rewritten before every chunk, without bound.
+CHUNK_RECORDS_MAX = 1024
+
+
+def pruned_chunk_records(records: list[list[Any]], acked_seq: int, seq_at: int) -> list[list[Any]]:
+    """The chunk records (``[table, ...]``, the chunk's last seq at ``seq_at``) that may still
+    end a table's last committed row: at or above the acknowledged seq, and each table's
+    newest below it; the newest ``CHUNK_RECORDS_MAX`` of those."""
+    newest_below: dict[str, int] = {}
+    for i, c in enumerate(records):
+        if c[seq_at] < acked_seq:
+            newest_below[c[0]] = i
+    keep = set(newest_below.values())
+    return [c for i, c in enumerate(records) if c[seq_at] >= acked_seq or i in keep][-CHUNK_RECORDS_MAX:]
+
+
 class BoundaryLog:
     """The boundaries of the chunks handed out, oldest first, until acknowledged."""
 

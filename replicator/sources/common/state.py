@@ -25,8 +25,20 @@ class JsonStateFile:
             return None
 
     def save(self, path: Path) -> None:
+        """Replace the file, durably: synced before and after the rename, so that not even an
+        operating-system crash brings back an older state (a snapshot's read frontier is
+        saved before rows leave: an older one would let rows the table holds be read again
+        as plain inserts)."""
         assert is_dataclass(self) and not isinstance(self, type)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(asdict(self)))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic: a crash leaves the old or the new state, never half
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself
+        finally:
+            os.close(fd)

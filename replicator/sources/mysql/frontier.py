@@ -44,11 +44,12 @@ this resume and any later one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 from replicator.checkpoint import ReplayWindow
+from replicator.sources.common.snapshot import pruned_chunk_records
 from replicator.sources.mysql.position import (
     INCREMENTAL_BASE,
     BinlogPoint,
@@ -86,19 +87,24 @@ def committed_chunks(state: SnapshotState | None, committed: Mapping[str, int]) 
 
 
 def resumed_repeats(
-    state: SnapshotState | None, tables: Sequence[str], at_commit: Mapping[str, CommittedChunk] | None = None
-) -> Repeats:
+    state: SnapshotState | None, tables: Sequence[str], at_commit: Mapping[str, CommittedChunk] | None = None,
+    holds: Collection[str] | None = None, changed: Collection[str] = (),
+) -> Repeats:  # fmt: skip
     """Per table of a resumed snapshot (``state``: the interrupted one's, of the same point),
     how far its re-read rows may already be in it; a table left out holds none. ``at_commit``:
-    the chunks the tables' last committed rows end (``committed_chunks``)."""
+    the chunks the tables' last committed rows end (``committed_chunks``); ``holds``: the
+    tables with a committed position (None: not known), the others hold nothing;
+    ``changed``: tables whose key is read another way than when their frontier was kept."""
     if state is None or state.read_frontier is None:
         return dict.fromkeys(tables)
     at_commit = at_commit or {}
     out: Repeats = {}
     for t in tables:
         chunk = at_commit.get(t)
-        if t not in state.tables or t in state.repeats_all:
+        if t not in state.tables or t in state.repeats_all or t in changed:
             out[t] = None
+        elif holds is not None and t not in holds:
+            continue  # nothing of it committed: nothing repeats
         elif chunk is not None:
             if chunk.kind != PLAIN:
                 out[t] = chunk.bound if chunk.kind == REPEAT else None
@@ -109,13 +115,15 @@ def resumed_repeats(
 
 class ResumePlan(NamedTuple):
     """What a (resumed) snapshot knows of its tables' rows: how far each may repeat
-    (``resumed_repeats``), the frontier and chunk records its state carries on, and the key
-    each table whose last commit ends a recorded chunk is read on after."""
+    (``resumed_repeats``), the frontier and chunk records its state carries on, the key each
+    table whose last commit ends a recorded chunk is read on after, and the tables whose key
+    layout changed since (their saved keys are dropped: every row repeats)."""
 
     repeats: Repeats
     frontier: dict[str, list[Any]] | None
     starts: dict[str, tuple[Any, ...]]
     read_chunks: list[ChunkRecord]
+    changed: frozenset[str] = frozenset()
 
 
 def fresh_plan() -> ResumePlan:
@@ -126,18 +134,27 @@ def fresh_plan() -> ResumePlan:
 
 def plan_resume(
     resumed: SnapshotState | None, point: BinlogPoint, tables: Sequence[str],
-    committed: Mapping[str, BinlogPosition],
+    committed: Mapping[str, BinlogPosition], layouts: Mapping[str, list[str]],
 ) -> ResumePlan:  # fmt: skip
     """The plan of a snapshot resumed at ``point`` (its rows' positions), ``resumed`` the
-    interrupted one's state, ``committed`` the tables' checkpoint positions."""
+    interrupted one's state, ``committed`` the tables' checkpoint positions, ``layouts`` their
+    key layouts now (``snapshot.key_layouts``)."""
     if resumed is not None and tuple(resumed.point) != tuple(point):
         resumed = None  # another snapshot's frontier says nothing about this one
-    seqs = {t: p.snapshot_seq for t, p in committed.items() if p.is_snapshot and p.point == tuple(point)}
+    changed: frozenset[str] = frozenset()
+    if resumed is not None:
+        handed = set(resumed.read_frontier or {}) | {c[0] for c in resumed.read_chunks}
+        changed = frozenset(t for t in tables if t in handed and resumed.key_layouts.get(t) != layouts.get(t))
+    seqs = {t: p.snapshot_seq for t, p in committed.items()
+            if p.is_snapshot and p.point == tuple(point) and t not in changed}  # fmt: skip
     at_commit = {t: c for t, c in committed_chunks(resumed, seqs).items() if t in tables}
     frontier = carried_frontier(resumed)
+    if frontier is not None:
+        frontier = {t: k for t, k in frontier.items() if t not in changed}
+    records = [c for c in resumed.read_chunks if c[0] not in changed] if resumed is not None else []
     return ResumePlan(
-        resumed_repeats(resumed, tables, at_commit), frontier, {t: c.start for t, c in at_commit.items()},
-        list(resumed.read_chunks) if resumed is not None and frontier is not None else [],
+        resumed_repeats(resumed, tables, at_commit, holds=set(committed), changed=changed), frontier,
+        {t: c.start for t, c in at_commit.items()}, records if frontier is not None else [], changed,
     )  # fmt: skip
 
 
@@ -158,22 +175,11 @@ def record_read(state: SnapshotState, chunk: Chunk, bound: tuple[Any, ...] | Non
     table = chunk.table.info.qualified
     kind = PLAIN if not chunk.repeats else REPEAT if bound is not None else ALL
     record = [table, chunk.boundary.seq, encode_key(key), kind, encode_key(bound) if bound is not None else None]
-    state.read_chunks = _pruned([*state.read_chunks, record], acked_seq)
+    state.read_chunks = pruned_chunk_records([*state.read_chunks, record], acked_seq, 1)
     state.next_seq = max(state.next_seq, chunk.boundary.seq + 1)  # a resumed run's seqs start above
     if kind == PLAIN:
         state.read_frontier[table] = encode_key(key)
     return True
-
-
-def _pruned(chunks: list[ChunkRecord], acked_seq: int) -> list[ChunkRecord]:
-    """The records that may still end a table's last committed row: at or above the
-    acknowledged seq, and each table's newest below it."""
-    newest_below: dict[str, int] = {}
-    for i, c in enumerate(chunks):
-        if c[1] < acked_seq:
-            newest_below[c[0]] = i
-    keep = set(newest_below.values())
-    return [c for i, c in enumerate(chunks) if c[1] >= acked_seq or i in keep]
 
 
 def plain_reads_after(window: ReplayWindow, point: BinlogPoint, seq: int) -> ReplayWindow:

@@ -135,6 +135,9 @@ class SnapshotState(JsonStateFile):
     read_frontier: dict[str, list[Any]] | None = None
     repeats_all: list[str] = field(default_factory=list)  # tables whose every row may repeat
     read_chunks: list[list[Any]] = field(default_factory=list)  # chunks handed out (``frontier.py``)
+    # Per table, its key columns with their types and collations when the frontier was kept:
+    # a key read another way since (an ALTER while stopped) makes the saved keys meaningless.
+    key_layouts: dict[str, list[str]] = field(default_factory=dict)
 
     def done_tables(self) -> set[str]:
         return set(self.tables if self.complete else self.tables[: self.table_index])
@@ -213,6 +216,26 @@ def describe_tables(
             )
             out[q].append(def_from_information_schema(row, is_json=key in json_cols))
     return out
+
+
+def key_layouts(conn: pymysql.Connection[Cursor], tables: Sequence[TableInfo]) -> dict[str, list[str]]:
+    """Per table, its primary-key columns in key order, each with its column type and
+    collation: what decides how the keyset queries order and compare its keys."""
+    if not tables:
+        return {}
+    schemas = sorted({t.schema for t in tables})
+    marks = ", ".join(["%s"] * len(schemas))
+    rows = query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, COLLATION_NAME "
+        f"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN ({marks})",
+        schemas,
+    )
+    cols = {(str(r[0]), str(r[1]), str(r[2]).lower()): f"{r[3]} {r[4]}" for r in rows}
+    return {
+        t.qualified: [f"{c} {cols.get((t.schema, t.name, c.lower()), '?')}" for c in t.pk_columns]
+        for t in tables
+    }
 
 
 @dataclass

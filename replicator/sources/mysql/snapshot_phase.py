@@ -47,6 +47,7 @@ from replicator.sources.mysql.snapshot import (
     SnapTable,
     describe_tables,
     encode_key,
+    key_layouts,
     open_consistent_snapshot,
     snap_table,
 )
@@ -104,6 +105,7 @@ class MySnapshotPhase:
         try:
             snap_at = BinlogPoint(*open_consistent_snapshot(conn, self.server.is_mariadb))
             defs = describe_tables(conn, order)  # right after the snapshot opened: see history
+            layouts = key_layouts(conn, order)
         except BaseException:
             conn.close()
             raise
@@ -120,9 +122,11 @@ class MySnapshotPhase:
             )
             if self.offsets_path is not None:  # from an earlier life of these tables
                 self.offsets_path.unlink(missing_ok=True)
-            plan = plan_resume(resumed, point, names, self._committed)
+            plan = plan_resume(resumed, point, names, self._committed, layouts)
             if names and names[0] in plan.starts:  # past the acknowledged boundary: it lags
                 last_key = plan.starts[names[0]]
+            elif names and names[0] in plan.changed:
+                last_key = None  # a key saved in another layout: the table from its start
             if plan.frontier is not None:  # re-read rows past the frontier are plain inserts
                 self.replay = plain_reads_after(self.replay, point, next_seq - 1)
         log.info(
@@ -143,6 +147,7 @@ class MySnapshotPhase:
             list(point), names, 0, encode_key(last_key) if last_key else None, next_seq,
             source_id=self.source_id, read_frontier=plan.frontier,
             repeats_all=sorted(t for t, k in plan.repeats.items() if k is None), read_chunks=plan.read_chunks,
+            key_layouts=layouts,
         )  # fmt: skip
         self._snap_acked_seq, self._snap_begin_seq = -1, next_seq
         if self.snapshot_path:

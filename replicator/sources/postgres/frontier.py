@@ -49,6 +49,7 @@ from typing import Any
 
 from replicator.checkpoint import ReplayWindow
 from replicator.events.model import SourcePosition
+from replicator.sources.common.snapshot import pruned_chunk_records
 from replicator.sources.postgres.snapshot import Chunk, SnapshotPlan, SnapshotState
 
 # [table, first seq, last seq, key bound (text key or None), text key of the row at the last
@@ -178,21 +179,12 @@ def record_read(
     last = None if chunk.boundary.last_key is None else list(chunk.boundary.last_key)
     key = list(bound) if chunk.repeats and bound is not None else last
     first = chunk.boundary.seq - len(chunk) + 1
-    state.read_chunks = _pruned(
-        [*state.read_chunks, [table, first, chunk.boundary.seq, key, last]], acked_seq
+    state.read_chunks = pruned_chunk_records(
+        [*state.read_chunks, [table, first, chunk.boundary.seq, key, last]], acked_seq, 2
     )
     if not chunk.repeats:
         state.read_frontier[table] = last
     return True
-
-
-def _pruned(chunks: list[ChunkRecord], acked_seq: int) -> list[ChunkRecord]:
-    newest_below: dict[str, int] = {}
-    for i, c in enumerate(chunks):
-        if c[2] < acked_seq:
-            newest_below[c[0]] = i
-    keep = set(newest_below.values())
-    return [c for i, c in enumerate(chunks) if c[2] >= acked_seq or i in keep]
 
 
 def whole_tables_unless_copied(repeats: Repeats, copied: Mapping[str, object]) -> Repeats:

@@ -23,11 +23,12 @@ from replicator.sources.mysql.frontier import (
     carried_frontier,
     committed_chunks,
     plain_reads_after,
+    plan_resume,
     record_read,
     resumed_repeats,
     with_repeating_chunk,
 )
-from replicator.sources.mysql.position import BinlogPoint, snapshot_parts
+from replicator.sources.mysql.position import BinlogPoint, BinlogPosition, snapshot_parts
 from replicator.sources.mysql.snapshot import Chunk, SnapshotState, encode_key
 
 Model = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
@@ -248,3 +249,39 @@ def test_a_resume_with_every_row_committed_reads_nothing_and_completes(
     third = make_source(db, tables=[table], snapshot_chunk_rows=5, state_dir=state, server_id=4723)
     third.start(Checkpoints.at({table: first[-1].position}))
     assert [(e.op, (e.after or {}).get("k1")) for e in drain(third)] == [(Op.CREATE, 99)]  # streamed
+
+
+def test_a_table_without_a_commit_repeats_nothing_and_a_changed_key_everything() -> None:
+    st = _state(read_frontier={"d.a": encode_key((7,)), "d.b": encode_key((3,))},
+                read_chunks=[["d.a", 9, encode_key((7,)), PLAIN, None], ["d.b", 14, encode_key((3,)), PLAIN, None]],
+                key_layouts={"d.a": ["id int(11) None"], "d.b": ["id int(11) None"]})  # fmt: skip
+    # handed out, nothing committed (read-ahead only): the table holds none of them
+    assert resumed_repeats(st, ["d.a", "d.b"], holds={"d.a"}) == {"d.a": (7,)}
+    point = BinlogPoint("bin.000001", 400)
+    committed = {t: BinlogPosition(*snapshot_parts(point.file, point.pos, 9)) for t in ("d.a", "d.b")}
+    plan = plan_resume(st, point, ["d.a", "d.b"], committed,
+                       {"d.a": ["id int(11) None"], "d.b": ["id bigint(20) None"]})  # fmt: skip
+    # b's key is read another way now: its saved keys mean nothing, every row repeats
+    assert plan.changed == {"d.b"} and plan.repeats == {"d.b": None}
+    assert plan.frontier == {"d.a": encode_key((7,))} and [c[0] for c in plan.read_chunks] == ["d.a"]
+    assert plan.starts == {"d.a": (7,)}  # a's last commit ended its chunk: on after it, plain
+
+
+@pytest.mark.integration
+def test_a_key_altered_while_stopped_makes_every_row_repeat(
+    db: TestDb, make_source: Callable[..., MySQLSource], tmp_path: Path
+) -> None:
+    """The key's collation changed between the runs (its order and comparisons with it):
+    the saved frontier and keys are dropped, the table is read again from its start, and
+    every row repeats (none read past a frontier in the old order as plain)."""
+    table = _table(db)
+    state = tmp_path / "state"
+    first = _first_run(db, make_source, state, 4724, acked=7)
+    db.sql("ALTER TABLE f MODIFY k2 VARCHAR(5) COLLATE utf8mb4_bin")
+    again = make_source(db, tables=[table], snapshot_chunk_rows=5, state_dir=state, server_id=4724)
+    again.start(Checkpoints.at({table: first[7].position}))
+    rest = [e for e in drain(again) if e.op is Op.READ]
+    assert len(rest) == 60 and again.replay.plain_reads is not None
+    assert all(any(lo <= e.position <= hi for lo, hi in again.replay.repeat_reads) for e in rest)
+    saved = json.loads((state / "mysql-4724.snapshot.json").read_text())
+    assert table in saved["repeats_all"] and table not in saved["read_frontier"]
