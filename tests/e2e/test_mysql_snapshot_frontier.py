@@ -145,8 +145,8 @@ def test_a_lost_acknowledgement_does_not_reread_the_committed_batch(
         meta = iceberg_metadata(load(cfg), table)
         assert_no_duplicate_data_files(meta)
         summaries = spark_snapshot_summaries(meta)
-        assert all(BinlogPosition.of(SourcePosition.from_json(s["summary"]["replicator.position"])).is_snapshot
-                   for s in summaries), name  # every row by the initial snapshot  # fmt: skip
+        positions = [s["summary"].get("replicator.position") for s in summaries]  # none: maintenance
+        assert all(BinlogPosition.of(SourcePosition.from_json(p)).is_snapshot for p in positions if p), name  # fmt: skip
         deletes = sum(int(s["summary"].get("added-equality-deletes", 0)) for s in summaries)
         # the handed-out chunks, and the rest of the batch that holds the last of them
         bound = 0 if name == "big" else CHUNK * handed_out[table] + 2 * CHUNK if handed_out[table] else 0
