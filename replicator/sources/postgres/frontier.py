@@ -139,6 +139,28 @@ def after_committed_chunks(
     return replace(plan, last_key=first, starts=starts)
 
 
+def without_changed_keys(
+    state: SnapshotState | None, layouts: Mapping[str, list[str]]
+) -> SnapshotState | None:  # fmt: skip
+    """``state`` where each table whose key is read another way now (``layouts``, from
+    ``snapshot.key_layouts``) than when its keys were saved has them dropped: every re-read
+    row of it repeats (``repeats_all``), its read starts over. A state saved without layouts
+    names none (its keys are trusted as before)."""
+    if state is None or state.read_frontier is None or not state.key_layouts:
+        return state
+    changed = {t for t in state.tables if t in layouts and state.key_layouts.get(t) != layouts[t]}
+    if not changed:
+        return state
+    current = state.tables[state.table_index] if state.table_index < len(state.tables) else None
+    return replace(
+        state,
+        read_frontier={t: k for t, k in state.read_frontier.items() if t not in changed},
+        read_chunks=[c for c in state.read_chunks if c[0] not in changed],
+        repeats_all=sorted({*state.repeats_all, *changed}),
+        last_key=None if current in changed else state.last_key,
+    )
+
+
 def carried_chunks(
     state: SnapshotState | None, snapshot_lsn: int, next_seq: int
 ) -> list[ChunkRecord]:

@@ -99,6 +99,9 @@ class SnapshotState(JsonStateFile):
     read_frontier: dict[str, list[str | None] | None] | None = None
     repeats_all: list[str] = field(default_factory=list)
     read_chunks: list[list[Any]] = field(default_factory=list)  # see ``frontier.py``
+    # Per table, its key columns with their types and collations when the frontier was kept:
+    # a key read another way since (an ALTER while stopped) makes the saved keys meaningless.
+    key_layouts: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -406,6 +409,22 @@ def table_columns(conn: psycopg.Connection[Any], table: TableInfo) -> list[tuple
         (table.oid,),
     ).fetchall()
     return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+
+
+def key_layouts(conn: psycopg.Connection[Any], tables: Sequence[TableInfo]) -> dict[str, list[str]]:
+    """Per table, its key columns in key order, each with its type and collation: what
+    decides how the chunk queries order and compare its keys."""
+    out: dict[str, list[str]] = {}
+    for t in tables:
+        rows = conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), coalesce(c.collname, '') "
+            "FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (t.oid,),
+        ).fetchall()
+        cols = {str(r[0]): f"{r[1]} {r[2]}" for r in rows}
+        out[t.qualified] = [f"{k} {cols.get(k, '?')}" for k in t.key_columns]
+    return out
 
 
 def text_loaders(conn: psycopg.Connection[Any]) -> None:

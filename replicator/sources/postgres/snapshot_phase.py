@@ -39,9 +39,16 @@ from replicator.sources.postgres.frontier import (
     record_read,
     resumed_repeats,
     whole_tables_unless_copied,
+    without_changed_keys,
 )
 from replicator.sources.postgres.remote_copy import ChunkRunner, RemoteReads, export_snapshot
-from replicator.sources.postgres.snapshot import Chunk, SnapshotReader, SnapshotState, table_columns
+from replicator.sources.postgres.snapshot import (
+    Chunk,
+    SnapshotReader,
+    SnapshotState,
+    key_layouts,
+    table_columns,
+)
 from replicator.sources.postgres.toast import ROW_CACHE_MIN_CHARS, RowCache, row_chars
 from replicator.sources.postgres.types import ValueConversionError
 
@@ -87,6 +94,13 @@ class PgSnapshotPhase:
 
     def _connect(self) -> psycopg.Connection[Any]:
         raise NotImplementedError  # ``PostgresSource._connect``
+
+    def _checked_state(
+        self, state: SnapshotState | None, conn: psycopg.Connection[Any], tables: list[setup.TableInfo]
+    ) -> SnapshotState | None:
+        """The interrupted snapshot's state, without the saved keys of tables whose key is
+        read another way now (``frontier.without_changed_keys``)."""
+        return without_changed_keys(state, key_layouts(conn, tables)) if state is not None else None
 
     def _begin_snapshot(
         self,
@@ -154,6 +168,7 @@ class PgSnapshotPhase:
             source_id=self.source_id, read_frontier=carried_frontier(resumed, snap_lsn),
             read_chunks=carried_chunks(resumed, snap_lsn, next_seq),
             repeats_all=sorted(t for t, k in reader.repeats.items() if k is None),
+            key_layouts=key_layouts(self._conn, order),
         )  # fmt: skip
         if self.state_path:
             self._snap_state.save(self.state_path)

@@ -257,8 +257,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
             return
         self._reached = self._confirmed = slot.confirmed_flush
         planned = {**copied_keyless(state, committed, self.keyless_tables, self.slot), **committed}
-        if state is not None and state.slot != self.slot:
-            state = None
+        state = self._checked_state(state if state is not None and state.slot == self.slot else None, conn, infos)
         plan = after_committed_chunks(plan_resumed_snapshot(
             infos, {t.qualified for t in added}, planned, self._confirmed, state), state, self._confirmed - 1, planned)  # fmt: skip
         plan = self._start_incremental(plan, state, planned)

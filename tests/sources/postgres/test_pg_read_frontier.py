@@ -16,6 +16,7 @@ from replicator.sources.postgres.frontier import (
     record_read,
     resumed_repeats,
     whole_tables_unless_copied,
+    without_changed_keys,
 )
 from replicator.sources.postgres.position import PgPosition as P
 from replicator.sources.postgres.setup import TableInfo
@@ -230,3 +231,24 @@ def test_committed_chunk_start_of_a_later_table() -> None:
     # b committed no row of this snapshot: read from its start
     plan = _plan([A, b], set(), {"public.a": P(LSN, 19)}, LSN + 1, st)
     assert plan is not None and plan.starts == {"public.a": ["20"]}
+
+
+def test_a_key_read_another_way_drops_the_saved_keys() -> None:
+    """The key's type or collation changed while the engine was stopped (an ALTER): the saved
+    keys would split the re-read in another order, so they are dropped; the table is read from
+    its start and every re-read row repeats. A state saved before layouts were kept, or a
+    table whose layout is the same, keeps its keys."""
+    st = _run1_state()
+    st.key_layouts = {"public.a": ['id integer ""']}
+    same = without_changed_keys(st, {"public.a": ['id integer ""']})
+    assert same is st
+    st.key_layouts = {"public.a": ["id text C"]}
+    changed = without_changed_keys(st, {"public.a": ['id text "en_US"']})
+    assert changed is not None and changed is not st
+    assert changed.repeats_all == ["public.a"] and changed.read_frontier == {} and changed.read_chunks == []
+    committed = {"public.a": P(LSN, 19)}
+    plan = _plan([A], set(), committed, LSN + 1, changed)
+    assert plan is not None and plan.last_key is None and plan.starts == {}
+    assert resumed_repeats(changed, ["public.a"], LSN, {"public.a": (LSN, 19)}) == {"public.a": None}
+    st.key_layouts = {}  # saved before layouts were kept: trusted as before
+    assert without_changed_keys(st, {"public.a": ["id bigint "]}) is st

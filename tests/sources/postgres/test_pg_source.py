@@ -401,3 +401,34 @@ def test_resumed_snapshot_reads_past_its_frontier_as_plain_inserts(
         rest[k30 + 1].position, rest[-1].position, third.replay, Checkpoints(), target_file_bytes=1
     )
     assert not plan.policy.upsert_reads
+
+
+@pytest.mark.integration
+def test_a_key_altered_while_stopped_makes_the_resumed_rows_repeat(
+    sql: Sql, make_source: Make, tmp_path: Path
+) -> None:
+    """The key's type changed between the runs: the saved frontier and keys are dropped
+    (``frontier.without_changed_keys``), the table is read again from its start, and every
+    re-read row repeats, none is read past the old frontier as a plain insert."""
+    from replicator.checkpoint import plan_batch
+
+    sql("CREATE TABLE t (id int PRIMARY KEY, v text);"
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g")  # fmt: skip
+    state = tmp_path / "state"
+    path = state / "postgres-replicator.snapshot.json"
+    first = make_source(snapshot_chunk_rows=10, poll_max_messages=25, state_dir=state, snapshot_connections=1)
+    first.start(Checkpoints.at({}))
+    part = [e for e in list(first.poll()) if e.table == "public.t"]
+    first.acknowledge(part[-1].position)
+    first.close()
+    assert json.loads(path.read_text())["read_frontier"] == {"public.t": ["30"]}
+    sql("ALTER TABLE t ALTER COLUMN id TYPE bigint")
+    second = make_source(snapshot_chunk_rows=10, poll_max_messages=1000, state_dir=state, snapshot_connections=1)
+    second.start(Checkpoints.at({e.table: e.position for e in part}))
+    got = [e for e in second.poll() if e.table == "public.t"]
+    assert [e.after["id"] for e in got] == list(range(1, 101))
+    plan = plan_batch(got[30].position, got[-1].position, second.replay, Checkpoints(), target_file_bytes=1)
+    assert plan.policy.upsert_reads  # past the old frontier too
+    saved = json.loads(path.read_text())
+    assert saved["repeats_all"] == ["public.t"] and saved["key_layouts"]["public.t"] == ["id bigint "]
+    second.close()
