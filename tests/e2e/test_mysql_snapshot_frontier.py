@@ -10,9 +10,7 @@ frontier (plus one batch straddling it), not for every re-read row (before: one 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,9 @@ from pyiceberg.table import StaticTable
 
 from replicator.cli.main import main
 from replicator.events.model import SourcePosition
-from replicator.pipeline.crashpoints import ENV, EXIT_CODE
+from replicator.pipeline.crashpoints import EXIT_CODE
 from replicator.sources.mysql.position import BinlogPosition
+from tests.e2e.engine_subprocess import run_engine
 from tests.e2e.mysql_bulk import run_changes, seed
 from tests.e2e.mysql_fixtures import MySQLDb, mariadb, mysql_db  # noqa: F401
 from tests.e2e.mysql_support import assert_tables_equal, iceberg_metadata, load, write_config
@@ -34,30 +33,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 ROWS = 12_000
 CHUNK = 150
 BATCH = 500
-# The engine as ``run --until-idle --engine local``, with small snapshot chunks (not a config
-# key: the source's constructor argument).
-SCRIPT = """
-import sys
-from pathlib import Path
-from replicator.config import load_config
-from replicator.events.deadletter import DeadLetterSink
-from replicator.pipeline.runner import Replicator
+# Small snapshot chunks: not a config key, the source's constructor argument.
+MAKE_SOURCE = """
 from replicator.sources.mysql.source import MySQLSource
-cfg = load_config(Path(sys.argv[1]))
-src = MySQLSource(cfg.source.dsn, dead_letters=DeadLetterSink(cfg.dead_letter_path),
-                  server_id=cfg.source.server_id, state_dir=cfg.state_dir,
-                  snapshot_chunk_rows=int(sys.argv[2]))
-Replicator(cfg, engine="local", source=src).run(until_idle=True)
+src = MySQLSource(cfg.source.dsn, dead_letters=dead_letters, server_id=cfg.source.server_id,
+                  state_dir=cfg.state_dir, snapshot_chunk_rows=int(argv[0]))
 """
 
 
 def _engine(cfg: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    if crash_at:
-        env[ENV] = crash_at
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK)], cwd=cfg.parent,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    return run_engine(cfg, MAKE_SOURCE, [CHUNK], crash_at=crash_at)
 
 
 def _changes(db: MySQLDb, stop: threading.Event) -> None:

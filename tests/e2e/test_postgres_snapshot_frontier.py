@@ -12,9 +12,7 @@ below the batch size, the plain-insert batches are written in the driver
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,8 @@ from pyiceberg.table import StaticTable
 
 from replicator.cli.main import main
 from replicator.events.model import SourcePosition
-from replicator.pipeline.crashpoints import ENV, EXIT_CODE
+from replicator.pipeline.crashpoints import EXIT_CODE
+from tests.e2e.engine_subprocess import run_engine
 from tests.e2e.pg_bulk import run_changes, seed
 from tests.e2e.pg_support import iceberg_metadata, load, write_config
 from tests.e2e.test_postgres_replication import assert_tables_equal
@@ -41,32 +40,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 ROWS = 12_000
 CHUNK = 150
 BATCH = 500
-# The engine as ``run --until-idle --engine local`` (or spark), with small snapshot chunks
-# (not a config key: the source's constructor argument).
-SCRIPT = """
-import sys
-from pathlib import Path
-from replicator.config import load_config
-from replicator.events.deadletter import DeadLetterSink
-from replicator.pipeline.runner import Replicator
+# Small snapshot chunks: not a config key, the source's constructor argument.
+MAKE_SOURCE = """
 from replicator.sources.postgres.source import PostgresSource
-cfg = load_config(Path(sys.argv[1]))
-src = PostgresSource(cfg.source.dsn, dead_letters=DeadLetterSink(cfg.dead_letter_path),
-                     state_dir=cfg.state_dir, snapshot_chunk_rows=int(sys.argv[2]),
-                     snapshot_connections=int(sys.argv[3]))
-Replicator(cfg, engine=sys.argv[4], source=src).run(until_idle=True)
+src = PostgresSource(cfg.source.dsn, dead_letters=dead_letters, state_dir=cfg.state_dir,
+                     snapshot_chunk_rows=int(argv[0]), snapshot_connections=int(argv[1]))
 """
 
 
 def _engine(
     cfg: Path, conns: int, crash_at: str | None = None, engine: str = "local"
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    if crash_at:
-        env[ENV] = crash_at
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(CHUNK), str(conns), engine], cwd=cfg.parent,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    return run_engine(cfg, MAKE_SOURCE, [CHUNK, conns], crash_at=crash_at, engine=engine)
 
 
 # source.snapshot_connections: 2 is the default; 1 in make test-long. The local engine in
