@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import threading
@@ -124,6 +125,26 @@ class EngineSteps(StepObserver):
 
     def maintenance_slice(self, seconds: float) -> None:
         self.t.slices.append((time.monotonic(), seconds))
+
+
+class FullCollections:
+    """The engine process's full garbage collections (generation 2) as (monotonic end,
+    seconds): a phase's ``gc_full`` part sums those that ended inside it (pauses of every
+    thread; ``replicator.pipeline.gc_policy`` keeps them short). ``own``: the harness's own
+    collection, left out."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float]] = []
+        self.own = False
+        self._started = 0.0
+
+    def callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2 or self.own:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((time.monotonic(), time.perf_counter() - self._started))
 
 
 def _quiet(source: ChangeSource, poll_max: int | None) -> None:
@@ -407,6 +428,7 @@ class EngineSession:
         _quiet(inner, poll_max)
         self.ctl.attach(inner)
         self.phases: list[Phase] = []
+        self._gc = FullCollections()
         self._current: tuple[str, float, int, int] | None = None
         self._sampler: MemorySampler | None = None
         self.memory_roots = memory_roots
@@ -423,7 +445,11 @@ class EngineSession:
         self._current = (name, start, self.summary.events_seen, self.summary.batches)
         self._probe_offset = _size(self.probe_path)
         self._totals0 = self._totals()
-        self._sampler = MemorySampler(self.memory_roots).start()
+        self._gc.own = True  # the sampler's own collection is not the engine's pause
+        try:
+            self._sampler = MemorySampler(self.memory_roots).start()
+        finally:
+            self._gc.own = False
 
     def _close_phase(self) -> None:
         if self._current is None:
@@ -438,6 +464,9 @@ class EngineSession:
         t.parts["summary_commit_seconds"] = now[1] - self._totals0[1]
         end = max((c.mono for c in t.commits), default=start)
         t.parts["maintenance"] = sum(sec for ended, sec in t.slices if ended <= end)
+        pauses = [sec for ended, sec in self._gc.pauses if start <= ended <= end]
+        t.parts["gc_full"], t.parts["gc_full_count"] = sum(pauses), len(pauses)
+        self._gc.pauses.clear()
         mem = self._sampler.stop() if self._sampler is not None else None
         self._sampler = None
         self.phases.append(Phase(
@@ -483,6 +512,7 @@ class EngineSession:
         # committed: the phase ends there; the next step's changes start the next one.
         self.rep.on_idle = on_idle
         self.timings.reset()
+        gc.callbacks.append(self._gc.callback)
         if first_phase is not None:
             self._open_phase(first_phase, time.monotonic())
         scraper = None
@@ -493,6 +523,7 @@ class EngineSession:
             with contextlib.suppress(StopRun):
                 self.rep.run()
         finally:
+            gc.callbacks.remove(self._gc.callback)
             if self._sampler is not None:
                 self._sampler.stop()
             if scraper is not None:
