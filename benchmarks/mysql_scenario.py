@@ -66,6 +66,7 @@ def mysql_workload(ctx: Context, w: W.Workload) -> WorkloadResult:
     res.check = {
         "source_rows": src_counts,
         "iceberg_rows": {k: v.get("rows") for k, v in ice.items()},
+        "iceberg_errors": {k: v["error"] for k, v in ice.items() if "error" in v},
         "equal": all(ice[k].get("rows") == n for k, n in src_counts.items()),
     }
     if not res.check["equal"]:

@@ -191,6 +191,7 @@ def pg_workload(ctx: Context, w: W.Workload, *, baselines: bool, sweep: list[int
     res.check = {
         "source_rows": src_counts,
         "iceberg_rows": {k: v.get("rows") for k, v in ice.items()},
+        "iceberg_errors": {k: v["error"] for k, v in ice.items() if "error" in v},
         "equal": all(ice[k].get("rows") == n for k, n in src_counts.items()),
     }
     if parted is not None and partition_by:

@@ -18,6 +18,8 @@ from benchmarks.harness import EngineSession
 from benchmarks.procs import postmaster_pid
 from replicator.config import BatchConfig, IcebergConfig, RunConfig, SourceConfig
 from replicator.iceberg.tables import iceberg_table_name
+from replicator.storage.fileio import file_io_properties
+from spark.s3a import configure_spark
 
 PUBLICATION = "replicator"
 
@@ -115,7 +117,10 @@ def spark_counts(ctx: Context, sess: EngineSession, source_tables: list[str]) ->
     for st in source_tables:
         ident = iceberg_table_name(sess.cfg.iceberg, st)
         try:
-            meta = cat.load_table(ident).metadata_location
+            table = cat.load_table(ident)
+            meta = table.metadata_location
+            # Tables on object storage: Iceberg Java reads them with the catalog's credentials.
+            configure_spark(ctx.spark, meta, file_io_properties(table.io.properties))
             out[st] = {"metadata": meta,
                        "rows": int(ctx.spark.read.format("iceberg").load(meta).count())}  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - reported
