@@ -12,9 +12,9 @@ only less often (at most ``GEN0_THRESHOLD`` uncollected young objects, a few MiB
 
 A full collection walks every object the process tracks, and at start-up the engine's
 libraries (Spark's Python side, pyiceberg, pydantic, SQLAlchemy, pyarrow, psycopg) already
-hold about 200,000, which live as long as the process. Walking them took 0.12-0.2 s on the
-2-core benchmark machine: a pause that stops the reader and the apply alike, and came once in
-each measured phase of ``make bench`` (``benchmarks/micro.py gc``). So the run starts by
+hold about 180,000, which live as long as the process. Walking them took 0.12-0.28 s on the
+2-core benchmark machine: a pause that stops the reader and the apply alike (one came 1.3 s
+into the benchmarks' 5,000 events/s lag run; ``benchmarks/gc_pause.py``). So the run starts by
 freezing what exists (``gc.freeze``: moved to a generation the collector never walks) after
 a young collection; what the run allocates is collected as before. The cost: a reference
 cycle among the frozen objects that becomes garbage during the run is freed only after it.
