@@ -45,14 +45,11 @@ def test_the_objects_alive_at_the_start_are_left_out_of_full_collections() -> No
     # Without the freeze, a full collection walks every start-up object (the engine's
     # libraries: ~200,000, a 0.12-0.2 s pause on the benchmark machine) again and again.
     alive = object(), [1, 2]
+    # (No assertion on what the run allocates: another engine thread of the test process may
+    # start a run meanwhile and freeze it too, as a nested run does.)
     with run_thresholds():
         assert gc.get_freeze_count() > 0
-        frozen = gc.get_freeze_count()
         assert not any(o is alive[1] for o in gc.get_objects())  # a frozen list is not walked
-        made_in_run = [3, 4]
-        gc.collect()
-        assert gc.get_freeze_count() == frozen  # what the run allocates is collected as before
-        assert any(o is made_in_run for o in gc.get_objects())
     assert gc.get_freeze_count() == 0
     assert any(o is alive[1] for o in gc.get_objects())
 
