@@ -405,6 +405,10 @@ class MetricsConfig(_Strict):
         return v
 
 
+# The allocators ``arrow_memory_pool`` may name (pipeline.arrow_pool).
+ArrowPoolName = Literal["system", "mimalloc", "jemalloc", "pyarrow-default"]
+
+
 class RunConfig(_Strict):
     source: SourceConfig
     iceberg: IcebergConfig
@@ -415,6 +419,12 @@ class RunConfig(_Strict):
     maintenance: MaintenanceConfig = Field(default_factory=lambda: MaintenanceConfig.model_validate({}))
     state_dir: Path = Field(Path(DEFAULT_STATE_DIR), description="dead letters and run state")
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
+    arrow_memory_pool: ArrowPoolName = Field(
+        "system",
+        description="the allocator of the run's Arrow buffers: system (glibc: gives a batch's memory "
+        "back, so the engine's resident memory stays flat in batch size), mimalloc, jemalloc, or "
+        "pyarrow-default (pyarrow's own choice; mimalloc on Linux)",
+    )
 
     @property
     def driver_max_rows(self) -> int:

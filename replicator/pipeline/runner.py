@@ -29,6 +29,7 @@ from replicator.iceberg.tables import (
 from replicator.maintenance.scheduler import Maintainer, SlicePacer
 from replicator.metrics.observer import NULL_OBSERVER, Observer
 from replicator.pipeline.apply import ApplyEnv, BatchCommit, BatchOutcome, TableTotals, apply_batch
+from replicator.pipeline.arrow_pool import run_pool
 from replicator.pipeline.assembly import (
     build_source,
     column_policy,
@@ -270,7 +271,7 @@ class Replicator:
                  self.cfg.iceberg.describe_parallel_tables())  # fmt: skip
         if self.env.engine == "spark":
             log.info("apply: %s", self.cfg.describe_apply())
-        with state_lock(self.cfg.state_dir), run_thresholds():
+        with state_lock(self.cfg.state_dir), run_thresholds(), run_pool(self.cfg.arrow_memory_pool):
             self._load_checkpoints()
             executor_chunk_reads(self.cfg, self.source, self.env.spark)  # before the snapshot starts
             self.source.start(self.checkpoints)
