@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import partitioned, position_mode, targets
+from benchmarks import memflat, partitioned, position_mode, targets
 from benchmarks.resources import (
     SOURCE_NAMES,
     WORKLOAD_ORDER,
@@ -536,6 +536,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
     md += _many_tables(results)
     md += partitioned.report_lines(results)
     md += position_mode.report_lines(results)
+    md += memflat.report_lines(results)
     # Errors
     errs = [f"{k}/{n}: {e}" for k in ("postgres", "mariadb")
             for n, r in results.get(k, {}).items() for e in r.get("errors", [])]  # fmt: skip

@@ -37,31 +37,31 @@ SIZES: dict[str, dict[str, Any]] = {
         "snapshot_rows": 2_000, "mixed_events": 3_000, "keyspace": 4_000,
         "hot_events": 1_500, "hot_keys": 20, "wide_events": 800, "wide_keyspace": 2_000,
         "spread_events": 2_000, "lag_rate": 400, "lag_seconds": 4, "lag_keyspace": 2_000, "baseline_cap": 60,
-        "sweep": [1_000], "index_keys": 100_000,
+        "sweep": [1_000], "index_keys": 100_000, "memflat_repeats": 0,
     },
     "small": {
         "snapshot_rows": 30_000, "mixed_events": 30_000, "keyspace": 30_000,
         "hot_events": 15_000, "hot_keys": 100, "wide_events": 8_000, "wide_keyspace": 20_000,
         "spread_events": 30_000, "lag_rate": 1_000, "lag_seconds": 15, "lag_keyspace": 10_000, "baseline_cap": 60,
-        "sweep": [5_000], "index_keys": 1_000_000,
+        "sweep": [5_000], "index_keys": 1_000_000, "memflat_repeats": 0,
     },
     "default": {
         "snapshot_rows": 150_000, "mixed_events": 150_000, "keyspace": 100_000,
         "hot_events": 50_000, "hot_keys": 100, "wide_events": 20_000, "wide_keyspace": 50_000,
         "spread_events": 100_000, "lag_rate": 5_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
-        "sweep": [10_000, 50_000], "index_keys": 10_000_000,
+        "sweep": [10_000, 50_000], "index_keys": 10_000_000, "memflat_repeats": 2,
     },
     "large": {
         "snapshot_rows": 1_000_000, "mixed_events": 1_000_000, "keyspace": 1_000_000,
         "hot_events": 300_000, "hot_keys": 100, "wide_events": 200_000,
         "wide_keyspace": 200_000, "spread_events": 300_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
-        "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000,
+        "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000, "memflat_repeats": 2,
     },
 }  # fmt: skip
 WORKLOADS = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
 OVERRIDES = ("snapshot_rows", "mixed_events", "keyspace", "hot_events", "hot_keys",
              "wide_events", "wide_keyspace", "spread_events", "lag_rate", "lag_seconds", "baseline_cap",
-             "index_keys")  # fmt: skip
+             "index_keys", "memflat_repeats")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", flush=True)
 
+    from benchmarks import memflat as MF
     from benchmarks import partitioned as P
     from benchmarks import position_mode as DM
     from benchmarks import scenarios as S
@@ -256,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             results["pk_index"] = DM.index_memory(int(size["index_keys"]))
             ix = results["pk_index"]
             log(f"  {ix['resident_bytes_per_key_rss']} B/key resident, built in {ix['build_s']}s")
+        if size["memflat_repeats"] and "postgres" in sources and "mixed" in workloads:
+            stack.close()  # this run's servers stop first: the children start their own
+            log(f"driver memory vs batch size, one engine per process ({size['memflat_repeats']} x {MF.BATCH_SIZES})")
+            results["memflat"] = MF.measure(int(size["memflat_repeats"]), log, size=args.size,
+                                            work_root=args.work_root)  # fmt: skip
     finally:
         stack.close()
         meta["seconds"] = time.monotonic() - t_start
