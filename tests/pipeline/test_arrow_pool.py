@@ -1,4 +1,7 @@
+import platform
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,3 +96,42 @@ class _PoolSeen(StepObserver):
 
     def events_staged(self, table: str, seconds: float) -> None:
         self.pools.add(pa.default_memory_pool().backend_name)
+
+
+_MMAPPED_AFTER_A_FREE = """
+import ctypes, sys
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                 "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    from replicator.pipeline.arrow_pool import fix_mmap_threshold
+    assert fix_mmap_threshold()
+libc.free(libc.malloc(8 << 20))  # freeing a mapped block raises glibc's moving threshold
+before = libc.mallinfo2().hblks
+b = libc.malloc(8 << 20)
+print(libc.mallinfo2().hblks - before)  # 1: b is a mapping of its own (unmapped on free)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+@pytest.mark.parametrize(("mode", "mapped"), [("fixed", "1"), ("moving", "0")])
+def test_a_large_buffer_stays_a_mapping_of_its_own_once_the_threshold_is_fixed(mode: str, mapped: str) -> None:
+    # With glibc's moving threshold, a batch's large buffers come from the heap after the first
+    # one is freed, and their pages stay resident: the driver's peak grew with batch size.
+    out = subprocess.run([sys.executable, "-c", _MMAPPED_AFTER_A_FREE, mode], check=True,
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert out.stdout.strip() == mapped
+
+
+def test_only_the_system_pool_fixes_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(arrow_pool, "fix_mmap_threshold", lambda: calls.append("fixed") or True)
+    for name in ("mimalloc", "pyarrow-default", "system"):
+        with run_pool(name):
+            pass
+    assert calls == ["fixed"]
