@@ -9,7 +9,7 @@ fresh ``benchmarks.run`` child per batch size, each with its own Spark and Postg
 mixed changes only, the sizes alternated ``repeats`` times. The verdict takes each size's
 median peak.
 
-    python -m benchmarks.memflat [--repeats 2] [--out DIR]
+    python -m benchmarks.memflat [--repeats 3] [--out DIR]
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def report_lines(results: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.memflat", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--size", default="default", help="benchmarks.run's --size")
     ap.add_argument("--out", type=Path, default=None, help="write the summary here as JSON")
     args = ap.parse_args(argv)

@@ -49,13 +49,13 @@ SIZES: dict[str, dict[str, Any]] = {
         "snapshot_rows": 150_000, "mixed_events": 150_000, "keyspace": 100_000,
         "hot_events": 50_000, "hot_keys": 100, "wide_events": 20_000, "wide_keyspace": 50_000,
         "spread_events": 100_000, "lag_rate": 5_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
-        "sweep": [10_000, 50_000], "index_keys": 10_000_000, "memflat_repeats": 2,
+        "sweep": [10_000, 50_000], "index_keys": 10_000_000, "memflat_repeats": 3,
     },
     "large": {
         "snapshot_rows": 1_000_000, "mixed_events": 1_000_000, "keyspace": 1_000_000,
         "hot_events": 300_000, "hot_keys": 100, "wide_events": 200_000,
         "wide_keyspace": 200_000, "spread_events": 300_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
-        "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000, "memflat_repeats": 2,
+        "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000, "memflat_repeats": 3,
     },
 }  # fmt: skip
 WORKLOADS = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
