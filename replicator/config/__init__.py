@@ -421,9 +421,9 @@ class RunConfig(_Strict):
     writer_id: str | None = Field(None, description="names this engine in snapshot summaries")
     arrow_memory_pool: ArrowPoolName = Field(
         "system",
-        description="the allocator of the run's Arrow buffers: system (glibc: gives a batch's memory "
-        "back, so the engine's resident memory stays flat in batch size), mimalloc, jemalloc, or "
-        "pyarrow-default (pyarrow's own choice; mimalloc on Linux)",
+        description="the allocator of the run's Arrow buffers: system (malloc, with glibc's mmap "
+        "threshold fixed: a batch's memory goes back, so resident memory stays flat in batch size), "
+        "mimalloc, jemalloc, or pyarrow-default (pyarrow's own choice; mimalloc on Linux)",
     )
 
     @property

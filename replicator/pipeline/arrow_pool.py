@@ -14,7 +14,8 @@ raises that threshold (up to 32 MiB) each time such a block is freed, after whic
 buffers come from the heap and stay resident once freed. With ``system`` the run fixes the
 threshold at glibc's initial 128 KiB (``mallopt``, as ``MALLOC_MMAP_THRESHOLD_=131072`` would):
 one engine per process, Postgres mixed, the driver's median peak at 75,000 events per batch
-over 9,375 went from 1.086x to 1.069x, at the same throughput. That setting is the process's
+over 9,375 went from 1.086x to 1.018x (three engines per size), at the same throughput. That
+setting is the process's
 for its lifetime (glibc cannot go back to the moving threshold) and it is skipped where the C
 library is not glibc.
 
@@ -79,8 +80,9 @@ def run_pool(name: ArrowPoolName) -> Iterator[None]:
         if _runs == 1 and pool is not None:
             _previous = pa.default_memory_pool()
             pa.set_memory_pool(pool)
-            if name == "system":
-                fix_mmap_threshold()
+            fixed = name == "system" and fix_mmap_threshold()
+            log.info("Arrow buffers from the %s pool%s", pool.backend_name,
+                     f" (malloc's mmap threshold fixed at {MMAP_THRESHOLD_BYTES // 1024} KiB)" if fixed else "")  # fmt: skip
     try:
         yield
     finally:
