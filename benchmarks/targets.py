@@ -133,9 +133,12 @@ def _steady_rows(results: dict[str, Any]) -> list[list[str]]:
 def _rss_row(results: dict[str, Any]) -> list[str]:
     """One engine per process (``benchmarks.memflat``) when run, else the in-process sweep."""
     mf = results.get("memflat") or {}
+    if "error" in mf:
+        return ["Driver RSS peak, one engine per process", f"<= {1 + RSS_FLAT_TOLERANCE:.2f}x",
+                f"failed: {mf['error'][:200]}", "", NOT_RUN]  # fmt: skip
     if "ratio" in mf:
         lo, hi, x = mf["lo"], mf["hi"], mf["ratio"]
-        runs = len(mf["points"]) // 2
+        runs = min(sum(1 for p in mf["points"] if p["max_events"] == s["max_events"]) for s in (lo, hi))
         return [f"Driver RSS peak, {_f(hi['events_per_batch'])} vs {_f(lo['events_per_batch'])} events per batch "
                 f"(one engine per process, median of {runs})", f"<= {1 + RSS_FLAT_TOLERANCE:.2f}x",
                 f"{x:.3f}x ({hi['peak_kib'] // 1024:,.0f} / {lo['peak_kib'] // 1024:,.0f} MiB)", "",

@@ -48,3 +48,15 @@ def test_the_targets_row_prefers_one_engine_per_process_to_the_in_process_sweep(
     assert "one engine per process" in row[0]
     assert row[2].startswith("1.133x") and row[-1] == "missed"
     assert any(ln.startswith("| 100,000 | 75,000 | 340 |") for ln in MF.report_lines({"memflat": s}))
+
+
+def test_a_failed_child_is_reported_not_judged(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    class Done:
+        returncode, stdout, stderr = 1, "", "Postgres did not start"
+
+    monkeypatch.setattr(MF.subprocess, "run", lambda *a, **k: Done())
+    logged: list[str] = []
+    s = MF.measure(1, logged.append)
+    assert "exited 1: Postgres did not start" in s["error"] and s["points"] == []
+    row = T._rss_row({"memflat": s})
+    assert row[-1] == "not run" and "Postgres did not start" in row[2]
