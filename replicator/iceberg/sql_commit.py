@@ -12,6 +12,16 @@ compare-and-swap pyiceberg uses (``WHERE metadata_location = <the base's>``, thr
 connection, not an ORM session); if the row moved, nothing is changed and pyiceberg's own path
 (load, check, swap) decides, so every outcome is the one pyiceberg's ``commit_table`` gives.
 
+A SQLite catalog file is switched to write-ahead-log mode (``journal_mode=WAL``, kept in the
+file): in its default rollback-journal mode every commit creates, syncs and deletes a journal
+file beside the database, 0.5-2 ms of each table's commit (100 tables' commits of a mixed
+batch: 0.62 s against 0.43 s under /tmp, 0.44 against 0.39 under /var/tmp, ``python -m
+benchmarks.catalog_journal``). Every commit is still synced
+before it returns (``synchronous`` stays FULL): the source is acknowledged only after it.
+Readers and writers in other processes on the same machine keep working (SQLite's WAL); a
+file that cannot switch (locked by another process, a read-only or network filesystem) stays
+as it is, with a warning.
+
 A metadata file is never rewritten (each commit writes a new one), so its parsed
 ``TableMetadata`` is cached by location, seeded by the commit that writes it. And metadata
 models are immutable (pyiceberg builds new ones with ``model_copy(update=...)``), so the
@@ -30,6 +40,7 @@ pyiceberg internals overridden or used (pinned in ``tests/iceberg/test_pyiceberg
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import OrderedDict
 from datetime import datetime
 from typing import Any
@@ -49,10 +60,12 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import bindparam
+from sqlalchemy import Engine, bindparam
 from sqlalchemy import update as sql_update
 
 from replicator.iceberg.v3_metadata import with_next_row_id, write_v3_metadata
+
+log = logging.getLogger(__name__)
 
 # Parsed metadata files kept per catalog (a few per table the engine writes).
 CACHED_METADATA_FILES = 256
@@ -78,6 +91,7 @@ class FastCommitSqlCatalog(SqlCatalog):
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
         self._parsed: OrderedDict[str, TableMetadata] = OrderedDict()
+        use_write_ahead_log(self.engine)
 
     def _remember(self, location: str, metadata: TableMetadata) -> None:
         self._parsed[location] = metadata
@@ -180,6 +194,23 @@ class FastCommitSqlCatalog(SqlCatalog):
             io=load_file_io({**self.properties, **metadata.properties}, location),
             catalog=self,
         )
+
+
+def use_write_ahead_log(engine: Engine) -> str | None:
+    """Switch a SQLite catalog file to WAL mode (module docstring); the journal mode it is in
+    after, or None for another database or an in-memory one."""
+    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return None
+    try:
+        with engine.connect() as connection:
+            mode = str(connection.exec_driver_sql("PRAGMA journal_mode=WAL").scalar()).lower()
+    except Exception as exc:  # locked, read-only: the catalog works as it is
+        log.warning("the SQLite catalog %s stays in its journal mode (WAL refused: %s)",
+                    engine.url.database, exc)  # fmt: skip
+        return None
+    if mode != "wal":
+        log.warning("the SQLite catalog %s stays in journal mode %s (WAL refused)", engine.url.database, mode)
+    return mode
 
 
 def updated_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...], location: str) -> TableMetadata:
