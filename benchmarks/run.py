@@ -37,31 +37,33 @@ SIZES: dict[str, dict[str, Any]] = {
         "snapshot_rows": 2_000, "mixed_events": 3_000, "keyspace": 4_000,
         "hot_events": 1_500, "hot_keys": 20, "wide_events": 800, "wide_keyspace": 2_000,
         "spread_events": 2_000, "lag_rate": 400, "lag_seconds": 4, "lag_keyspace": 2_000, "baseline_cap": 60,
-        "sweep": [1_000], "index_keys": 100_000, "memflat_repeats": 0,
+        "sweep": [1_000], "index_keys": 100_000, "memflat_repeats": 0, "tables_repeats": 1,
     },
     "small": {
         "snapshot_rows": 30_000, "mixed_events": 30_000, "keyspace": 30_000,
         "hot_events": 15_000, "hot_keys": 100, "wide_events": 8_000, "wide_keyspace": 20_000,
         "spread_events": 30_000, "lag_rate": 1_000, "lag_seconds": 15, "lag_keyspace": 10_000, "baseline_cap": 60,
-        "sweep": [5_000], "index_keys": 1_000_000, "memflat_repeats": 0,
+        "sweep": [5_000], "index_keys": 1_000_000, "memflat_repeats": 0, "tables_repeats": 1,
     },
     "default": {
         "snapshot_rows": 150_000, "mixed_events": 150_000, "keyspace": 100_000,
         "hot_events": 50_000, "hot_keys": 100, "wide_events": 20_000, "wide_keyspace": 50_000,
         "spread_events": 100_000, "lag_rate": 5_000, "lag_seconds": 25, "lag_keyspace": 20_000, "baseline_cap": 120,
         "sweep": [10_000, 50_000], "index_keys": 10_000_000, "memflat_repeats": 3,
+        "tables_repeats": 3,
     },
     "large": {
         "snapshot_rows": 1_000_000, "mixed_events": 1_000_000, "keyspace": 1_000_000,
         "hot_events": 300_000, "hot_keys": 100, "wide_events": 200_000,
         "wide_keyspace": 200_000, "spread_events": 300_000, "lag_rate": 5_000, "lag_seconds": 60, "lag_keyspace": 100_000,
         "baseline_cap": 600, "sweep": [10_000, 100_000], "index_keys": 10_000_000, "memflat_repeats": 3,
+        "tables_repeats": 3,
     },
 }  # fmt: skip
 WORKLOADS = ("snapshot", "mixed", "hot", "wide", "tables1", "tables100")
 OVERRIDES = ("snapshot_rows", "mixed_events", "keyspace", "hot_events", "hot_keys",
              "wide_events", "wide_keyspace", "spread_events", "lag_rate", "lag_seconds", "baseline_cap",
-             "index_keys", "memflat_repeats")  # fmt: skip
+             "index_keys", "memflat_repeats", "tables_repeats")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                         read_costs=name in read_cost_for, metrics_cost=name in metrics_for,
                         partition_by=P.parse_spec(args.partition_by) if name in partitioned_for else None,
                         delete_modes=extra_modes if name in delete_modes_for else (),
+                        repeats=int(size["tables_repeats"]) if name.startswith("tables") else 1,
                     )  # fmt: skip
                 else:
                     r = S.mysql_workload(ctx, w)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks import report
 from benchmarks import targets as T
 
 
@@ -69,3 +70,31 @@ def test_an_empty_run_meets_nothing() -> None:
     lines = T.issue27_lines({})
     assert not [ln for ln in lines if "**met**" in ln]
     assert "0 of 0 judged targets met" in "\n".join(lines)
+
+
+def test_many_tables_takes_the_median_of_the_repeats_on_the_same_backlog() -> None:
+    """One slow run of either workload does not decide the verdict: the medians do."""
+    again = T.REPEAT_LABEL
+
+    def runs(*seconds: float) -> dict[str, Any]:
+        first, *rest = seconds
+        return {"engine": _phase(100_000 / first, seconds=first),
+                "variants": [{**_phase(100_000 / s, seconds=s), "label": f"{again} {i}", "repeat": i}
+                             for i, s in enumerate(rest, start=2)]
+                            + [{**_phase(1.0, seconds=99.0), "label": "max_events=10,000"}]}  # fmt: skip
+
+    results = {"postgres": {"tables1": runs(1.0, 0.9, 1.1), "tables100": runs(1.4, 3.6, 1.45)}}
+    x, one, many = T.many_tables_ratio(results)
+    assert [e["seconds"] for e in many] == [1.4, 3.6, 1.45]  # the sweep's variant is not a repeat
+    assert x is not None and abs(x - 1.45) < 1e-9  # 1.45 / 1.0; the 3.6 s run alone would say 3.6x
+    row = _row(T.issue27_lines(results), "100 tables")
+    assert row[2].startswith("1.45x (median of 3 / 3 runs; 100 tables: 1.40 / 3.60 / 1.45 s")
+    assert row[3] == "1 table: 1.00 / 0.90 / 1.10 s"
+    assert row[-1] == "**met**"
+    section = "\n".join(report._many_tables(results))
+    assert "| 100 tables (again, 2) | 100,000 | 3.60 |" in section
+    assert "medians (1.45 s / 1.00 s): **1.45x**" in section and "met" in section
+    # Without repeats: the one run of each, as before.
+    single = {"postgres": {"tables1": {"engine": _phase(1.0, seconds=1.0)},
+                           "tables100": {"engine": _phase(1.0, seconds=1.6)}}}  # fmt: skip
+    assert _row(T.issue27_lines(single), "100 tables")[2].startswith("1.60x (100 tables: 1.60 s")
