@@ -118,6 +118,8 @@ def test_a_sqlite_catalog_commits_in_wal_mode_and_other_processes_read_it(tmp_pa
     reads every commit (the engine's judges open the same file)."""
     catalog, table = _table(tmp_path)
     assert _journal_mode(tmp_path / "catalog.db") == "wal"
+    with catalog.engine.connect() as connection:  # each commit synced before it returns
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
     for i in range(3):
         commit_row_delta(table, data_files=[data_file(table, f"d{i}", [(i, f"n{i}")])], delete_files=[],
                          snapshot_properties={"replicator.position": str(i)})  # fmt: skip
