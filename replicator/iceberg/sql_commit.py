@@ -16,11 +16,11 @@ A SQLite catalog file is switched to write-ahead-log mode (``journal_mode=WAL``,
 file): in its default rollback-journal mode every commit creates, syncs and deletes a journal
 file beside the database, 0.5-2 ms of each table's commit (100 tables' commits of a mixed
 batch: 0.62 s against 0.43 s under /tmp, 0.44 against 0.39 under /var/tmp, ``python -m
-benchmarks.catalog_journal``). Every commit is still synced
-before it returns (``synchronous`` stays FULL): the source is acknowledged only after it.
-Readers and writers in other processes on the same machine keep working (SQLite's WAL); a
-file that cannot switch (locked by another process, a read-only or network filesystem) stays
-as it is, with a warning.
+benchmarks.catalog_journal``). Every commit is still synced before it returns
+(``synchronous`` stays FULL): the source is acknowledged only after it. Readers and writers
+in other processes on the same machine keep working (SQLite's WAL); a file that cannot
+switch (locked by another process, a read-only or network filesystem) stays as it is, with
+a warning.
 
 A metadata file is never rewritten (each commit writes a new one), so its parsed
 ``TableMetadata`` is cached by location, seeded by the commit that writes it. And metadata

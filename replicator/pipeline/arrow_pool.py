@@ -15,9 +15,8 @@ buffers come from the heap and stay resident once freed. With ``system`` the run
 threshold at glibc's initial 128 KiB (``mallopt``, as ``MALLOC_MMAP_THRESHOLD_=131072`` would):
 one engine per process, Postgres mixed, the driver's median peak at 75,000 events per batch
 over 9,375 went from 1.086x to 1.018x (three engines per size), at the same throughput. That
-setting is the process's
-for its lifetime (glibc cannot go back to the moving threshold) and it is skipped where the C
-library is not glibc.
+setting is the process's for its lifetime (glibc cannot go back to the moving threshold) and
+it is skipped where the C library is not glibc.
 
 The pool is process-wide: ``run_pool`` sets it for the outermost engine run in the process
 and puts the previous one back when that run ends (several engines in one process, as in the
