@@ -23,7 +23,7 @@ from ops_mapping.contract import AFTER_KEY_IN_TABLE_COLUMN, before_key_column
 from ops_mapping.contract import OP_COLUMN as OP
 from ops_mapping.contract import SEQ_COLUMN as SEQ
 from replicator.errors import TerminalError
-from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_count, row_events
+from replicator.events.block import BlockEvent, BlockRow, RowBlock, row_events
 from replicator.events.deadletter import DeadLetter, DeadLetterSink
 from replicator.events.model import ChangeEvent, Op
 from replicator.events.types import arrow_type
@@ -84,9 +84,7 @@ def stage_events(
         else:
             live.append(ev)
     checked = () if whole_row else key_columns  # columns that may not be null
-    fast = _build_from_blocks(live, columns, key_columns, checked) or _build_mixed(
-        live, columns, key_columns, checked
-    )
+    fast = _build_vectorised(live, columns, key_columns, checked)
     if fast is not None:
         return StagedBatch(table=fast, events=fast.num_rows, dead_lettered=dropped)
     live = row_events(live)  # what the vectorised build refuses goes row by row
@@ -326,18 +324,39 @@ def _null_keys(staged: pa.Table, key_columns: Sequence[str]) -> bool:
     return False
 
 
+def _build_vectorised(
+    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+    not_null: Sequence[str],
+) -> pa.Table | None:
+    """The batch built from its blocks (``_build_from_blocks``), with its other rows built
+    value by value and put back in order (``_with_rows``) when block events come with
+    per-row ones (a CDC source hands a table's few changes in a poll out row by row). None:
+    the caller builds row by row (no block event, a refused build, a bad row)."""
+    split = _block_runs(events)
+    if split is None:
+        return None
+    runs, rows, segments, block_events = split
+    if not rows:
+        return _build_from_blocks(runs, columns, key_columns, not_null)
+    if not block_events:
+        return None  # rows of blocks one by one among others: the row-by-row build is as cheap
+    blocks = _build_from_blocks(runs, columns, key_columns, not_null)
+    if blocks is None:
+        return None
+    return _with_rows(blocks, [events[i] for i in rows], segments, columns, key_columns, not_null)
+
+
 def _build_from_blocks(
-    events: Sequence[ChangeEvent],
+    runs: Sequence[Run],
     columns: Sequence[tuple[str, str]],
     key_columns: Sequence[str],
     not_null: Sequence[str],
 ) -> pa.Table | None:
-    """``_build`` for rows read as Arrow (``events.block``): every event a block event or a
-    row of a block read as is (``_block_row``); the columns are gathered from the blocks, cast
-    to the table's types, and a block of mixed changes gives its ops and old keys as
-    columns too. None (the caller builds value by value) for any other batch, or when a key
-    is null or a column does not cast (the value-by-value path names the culprit)."""
-    runs = _block_runs(events)
+    """``_build`` for rows read as Arrow (``events.block``), given as runs of block rows
+    (``_block_runs``): the columns are gathered from the blocks, cast to the table's types,
+    and a block of mixed changes gives its ops and old keys as columns too. None (the caller
+    builds value by value) when there are no runs, or a key is null or a column does not
+    cast (the value-by-value path names the culprit)."""
     if not runs:
         return None
     n = sum(stop - start for _b, start, stop, _op in runs)
@@ -382,25 +401,41 @@ def _build_from_blocks(
 Run = list[Any]  # [block, start, stop, op]; op None: each row's op is in block.ops
 
 
-def _block_runs(events: Sequence[ChangeEvent]) -> list[Run] | None:
-    """The events as runs of block rows (None: an event is not a block row)."""
+def _block_runs(events: Sequence[ChangeEvent]) -> tuple[list[Run], list[int], list[list[Any]], bool] | None:
+    """In one pass: the events that are block rows as runs of block rows, the indices of
+    the others (built value by value), the batch's rows as segments ``[is a block row,
+    rows]`` in order (to put the two builds back in order), and whether a block event is
+    among them. None: no event is a block row."""
+    block_events = False
     runs: list[Run] = []
-    for ev in events:
+    rows: list[int] = []
+    segments: list[list[Any]] = []
+    for i, ev in enumerate(events):
         if type(ev) is BlockEvent:  # a snapshot chunk or a run of changes as one event
             block, start, stop = ev.block, ev.start, ev.stop
             op = None if block.ops is not None else ev.op
-        else:
+            block_events = True
+        elif _block_row(ev):
             a = ev.after
-            if not _block_row(ev):
-                return None
             assert isinstance(a, BlockRow)
             block, start, stop, op = a.block, a.index, a.index + 1, ev.op
+        else:
+            rows.append(i)
+            if segments and not segments[-1][0]:
+                segments[-1][1] += 1
+            else:
+                segments.append([False, 1])
+            continue
+        if segments and segments[-1][0]:
+            segments[-1][1] += stop - start
+        else:
+            segments.append([True, stop - start])
         last = runs[-1] if runs else None
         if last is not None and last[0] is block and last[2] == start and last[3] is op:
             last[2] = stop
         else:
             runs.append([block, start, stop, op])
-    return runs
+    return (runs, rows, segments, block_events) if runs else None
 
 
 def _run_lengths(runs: Sequence[Run]) -> np.ndarray:
@@ -474,38 +509,34 @@ def _block_row(ev: ChangeEvent) -> bool:
     return ev.after.__class__ is BlockRow and ev.error is None and ev.op in _BLOCK_OPS and ev.before is None
 
 
-def _build_mixed(
-    events: Sequence[ChangeEvent], columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
-    not_null: Sequence[str],
+def _with_rows(
+    blocks: pa.Table, rows: Sequence[ChangeEvent], segments: Sequence[Sequence[Any]],
+    columns: Sequence[tuple[str, str]], key_columns: Sequence[str], not_null: Sequence[str],
 ) -> pa.Table | None:
-    """A batch of block events among per-row events (a CDC source's runs of changes): the
-    block rows sliced in one build, the other rows built in one more, then put back in
-    order. None (the caller builds row by row) when there is no block event, or a build
-    refuses or holds a bad row (the row-by-row path names and handles it)."""
-    if not any(type(ev) is BlockEvent for ev in events):
+    """The block rows' build and the other rows built value by value, in the batch's order
+    (``segments``: ``_block_runs``); None when the rows' build refuses or holds a bad row
+    (the row-by-row path names and handles it)."""
+    try:
+        built = _build(rows, columns, key_columns)
+    except _CONVERSION_ERRORS:
         return None
-    blocky = [_block_row(ev) for ev in events]
-    blocks = _build_from_blocks([e for e, b in zip(events, blocky, strict=True) if b], columns, key_columns, not_null)
-    if blocks is None:
+    if _null_keys(built, not_null):
         return None
-    rows = [e for e, b in zip(events, blocky, strict=True) if not b]
-    parts = [blocks]
-    if rows:
-        try:
-            built = _build(rows, columns, key_columns)
-        except _CONVERSION_ERRORS:
-            return None
-        if _null_keys(built, not_null):
-            return None
-        parts.append(built.cast(blocks.schema))
-    # Row i of the batch: the next block row (0..) or the next other row (after the blocks).
-    counts = np.fromiter((row_count(e) for e in events), np.int64, len(events))
-    is_block = np.repeat(np.array(blocky, np.bool_), counts)
-    order = np.empty(len(is_block), np.int64)
-    order[is_block] = np.arange(blocks.num_rows)
-    order[~is_block] = np.arange(blocks.num_rows, len(is_block))
-    table = pa.concat_tables(parts).combine_chunks().take(pa.array(order))
+    table = pa.concat_tables([blocks, built.cast(blocks.schema)])
+    if len(segments) > 2 or not segments[0][0]:
+        table = table.take(pa.array(_merged_order(segments, blocks.num_rows)))
+    # else the block rows come first, the others after them (a poll's tail): in order as is
     return table.set_column(0, SEQ, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _merged_order(segments: Sequence[Sequence[Any]], block_rows: int) -> np.ndarray:
+    """Row i of the batch: the next block row (0..) or the next other row (after the blocks)."""
+    is_block = np.repeat(np.fromiter((s[0] for s in segments), np.bool_, len(segments)),
+                         np.fromiter((s[1] for s in segments), np.int64, len(segments)))  # fmt: skip
+    order = np.empty(len(is_block), np.int64)
+    order[is_block] = np.arange(block_rows)
+    order[~is_block] = np.arange(block_rows, len(is_block))
+    return order
 
 
 def _casts_like_values(have: pa.DataType, want: pa.DataType) -> bool:

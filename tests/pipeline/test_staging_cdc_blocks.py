@@ -163,3 +163,30 @@ def test_one_row_runs_interleaving_blocks_stage_as_rows(seed: int, tmp_path: Pat
     slow = stage_events(as_rows, COLUMNS, ["id"], DeadLetterSink(tmp_path / "b.jsonl"), "dead-letter")
     fast = stage_events(events, COLUMNS, ["id"], DeadLetterSink(tmp_path / "a.jsonl"), "dead-letter")
     assert fast.table.equals(slow.table) and fast.table.schema == slow.table.schema
+
+
+@pytest.mark.parametrize("rows_first", [False, True])
+def test_block_events_with_a_polls_row_by_row_tail_stage_from_the_blocks(
+    rows_first: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's block events with the few changes a poll handed out row by row after them
+    (or before them): the blocks are staged from their columns, only those changes value by
+    value, and the batch is what the row-by-row build gives, in order."""
+    from replicator.pipeline import staging
+
+    rng = random.Random(7)
+    block = RowBlock(_table([_row(rng, k) for k in range(6)]))
+    blocks = [BlockEvent("public.t", None, block, 0, 4, SRC, (100,), 0, Op.CREATE, 5, "1", True),
+              BlockEvent("public.t", None, block, 4, 6, SRC, (110,), 0, Op.CREATE, 5, "2", True)]  # fmt: skip
+    rows = [ChangeEvent("public.t", Op.UPDATE, None, _row(rng, k), position=SourcePosition(SRC, (120 + k, 0)),
+                        ts_ms=5, tx_id=str(3 + k), last_in_tx=True) for k in (2, 9)]  # fmt: skip
+    events = [*rows, *blocks] if rows_first else [*blocks, *rows]
+    built: list[int] = []
+    real_build = staging._build
+    monkeypatch.setattr(staging, "_build", lambda evs, *a: built.append(len(evs)) or real_build(evs, *a))
+    fast = stage_events(events, COLUMNS, ["id"], DeadLetterSink(tmp_path / "a.jsonl"), "dead-letter")
+    assert built == [2]  # the two changes alone: the blocks' rows were not built value by value
+    as_rows = [e.replace(after=dict(e.after)) if e.after is not None else e for e in row_events(events)]
+    slow = stage_events(as_rows, COLUMNS, ["id"], DeadLetterSink(tmp_path / "b.jsonl"), "dead-letter")
+    assert fast.table.equals(slow.table) and fast.table.schema == slow.table.schema
+    assert fast.table.column("id").to_pylist() == [e["id"] for e in (e.after for e in as_rows)]
