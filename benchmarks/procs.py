@@ -22,6 +22,8 @@ import contextlib
 import ctypes
 import gc
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -256,6 +258,41 @@ def machine() -> dict[str, str]:
     info["kernel"] = os.uname().release
     info["loadavg"] = load_average()
     return info
+
+
+def machine_speed(root: Path) -> dict[str, str]:
+    """What this machine does in a fixed time, for comparing runs on different days: the
+    same code's figures moved 2-3x between sessions on machines of one kind (a pure-Python
+    loop, a file created under the work root ``root``, an fsync there). Takes ~0.5 s."""
+    loop = float("inf")
+    for _ in range(3):
+        t0, total = time.perf_counter(), 0
+        for i in range(2_000_000):
+            total += i
+        loop = min(loop, time.perf_counter() - t0)
+    probe = Path(tempfile.mkdtemp(prefix="speed-", dir=root))
+    try:
+        t0 = time.perf_counter()
+        for i in range(200):
+            (probe / f"f{i}").write_bytes(b"x" * 100)
+        create = (time.perf_counter() - t0) / 200
+        syncs = []
+        fd = os.open(probe / "sync", os.O_CREAT | os.O_WRONLY)
+        try:
+            for _ in range(21):
+                os.write(fd, b"x" * 4096)
+                t0 = time.perf_counter()
+                os.fsync(fd)
+                syncs.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    return {
+        "python_loop": f"{loop * 1e3:.0f} ms (2,000,000 additions, best of 3)",
+        "file_create": f"{create * 1e3:.3f} ms a file under {root}",
+        "fsync": f"{sorted(syncs)[10] * 1e3:.2f} ms (median of 21) under {root}",
+    }
 
 
 def load_average() -> str:

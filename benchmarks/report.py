@@ -314,6 +314,7 @@ def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> tuple[s
                 ["kernel", m.get("kernel", "?")],
                 ["load average at start (1/5/15 min)", m.get("loadavg", "?")],
                 ["load average at end", meta.get("loadavg_end", "?")],
+                *[[f"speed: {k.replace('_', ' ')}", m[k]] for k in ("python_loop", "file_create", "fsync") if k in m],
                 [
                     "Spark start-up",
                     f"{meta.get('spark_start_seconds', 0):.1f} s (not measured below)",

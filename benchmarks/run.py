@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import position_mode as DM
     from benchmarks import scenarios as S
     from benchmarks import workloads as W
-    from benchmarks.procs import load_average, machine
+    from benchmarks.procs import load_average, machine, machine_speed
 
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="replicator-bench-", dir=args.work_root))
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
         "command": "python -m benchmarks.run " + shlex.join(argv if argv is not None else sys.argv[1:]),
-        "size": args.size, "seed": args.seed, "sizes": size, "machine": machine(), "work_root": str(args.work_root),
+        "size": args.size, "seed": args.seed, "sizes": size, "work_root": str(args.work_root),
+        "machine": {**machine(), **machine_speed(work)},
         "versions": versions(), "sources": sources, "workloads": workloads,
         "engine_overrides": os.environ.get(S.ENGINE_OVERRIDES_ENV) or None,
     }  # fmt: skip
