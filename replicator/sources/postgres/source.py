@@ -68,6 +68,7 @@ from replicator.sources.postgres.pgoutput import PgOutputMessage, TupleData, dec
 from replicator.sources.postgres.position import POSTGRES, PgPosition
 from replicator.sources.postgres.replication import (
     ReplicationConnection,
+    between_tx_wait,
     check_failover_supported,
     ensure_failover_slot,
     session_conninfo,
@@ -434,7 +435,7 @@ class PostgresSource(PgSnapshotPhase, DatabaseSource):
         while n < (max(self.poll_max_messages, GROUP_MAX_ROWS) if blocks else self.poll_max_messages):
             # Wait up to poll_wait_s for the first message and inside a transaction (so a poll
             # rarely ends mid-transaction); between transactions only drain what is arriving.
-            wait = self.poll_wait_s if not started or asm.in_transaction else 0.005
+            wait = self.poll_wait_s if not started or asm.in_transaction else between_tx_wait(self.behind)
             with self._lock:
                 stream = self._stream
                 if stream is None:

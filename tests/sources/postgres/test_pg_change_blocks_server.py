@@ -200,3 +200,42 @@ def test_behind_after_a_poll_stops_at_its_message_cap(sql: Sql, make_source: Mak
     assert len(first) == 1 and src.behind  # capped at 4 messages (the last change held back)
     rest = list(src.poll())
     assert [e.after["id"] for e in first + rest] == [1, 2, 3] and not src.behind
+
+
+class _PausingStream(_ScriptedStream):
+    """``_ScriptedStream`` where ``PAUSE`` is a walsender pause of 20 ms: a read that waits
+    less gets nothing, a longer one gets the next message."""
+
+    PAUSE = b"pause"
+
+    def read(self, timeout: float) -> bytes | None:
+        if self.script and self.script[0] == self.PAUSE:
+            if timeout < 0.02:
+                return None
+            self.script.pop(0)
+        return super().read(timeout)
+
+
+def test_behind_outlasts_a_pause_between_a_backlogs_transactions(
+    sql: Sql, make_source: Make, tmp_path: Path
+) -> None:
+    """Issue 27: while the source reads a backlog, a pause of the walsender between two
+    transactions (it sends one once it has decoded it whole) is not taken for the backlog's
+    end: the poll reads on, and ``behind`` holds, so the run loop's batch does not close by
+    its linger in the middle of the backlog (100,000 changes over 100 tables went out as 2
+    batches, 200 commits). Only silence after the last one ends it."""
+    src = _scripted_source(sql, make_source, tmp_path, "behind_pause", change_blocks=0, poll_max_messages=4)
+    lsn = 0x7000_0000
+    rel = tk.relation(99, "public", "behind_pause", [(1, "id", 23, -1), (0, "v", 25, -1)])
+    script: list[bytes | None] = [tk.begin(lsn, 0, 900), rel]
+    script += [tk.insert(99, [i, f"v{i}"]) for i in range(1, 4)]
+    script += [tk.commit(lsn, lsn + 0x100, 0), _PausingStream.PAUSE, tk.begin(lsn + 0x200, 0, 901)]
+    script += [tk.insert(99, [i, f"v{i}"]) for i in range(4, 6)]
+    script += [tk.commit(lsn + 0x200, lsn + 0x300, 0), None]
+    src._stream = _PausingStream(script, lsn + 0x400)
+    first = list(src.poll())
+    assert src.behind  # capped at 4 messages: a backlog
+    src.poll_max_messages = 100
+    seen = [(e.after["id"], src.behind) for e in src.poll()]
+    assert seen == [(2, True), (3, True), (4, True), (5, True)]  # one poll, across the pause
+    assert [e.after["id"] for e in first] == [1] and not src.behind  # then silence: caught up
