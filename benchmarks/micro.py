@@ -3,6 +3,8 @@ still exists (same process, same data):
 
     .venv/bin/python -m benchmarks.micro commits      # SQL-catalog commits, fast path vs pyiceberg's
     .venv/bin/python -m benchmarks.micro staging      # stage_events of mixed events
+    .venv/bin/python -m benchmarks.micro staging-tail # 100 tables' block events, with and without
+                                                      # a few row-by-row changes after them
     .venv/bin/python -m benchmarks.micro reader       # Postgres reader path: decode + assembly + events
                                                       # (--change-blocks 1 --tables 100: blocks,
                                                       # compiled vs numpy split)
@@ -96,6 +98,42 @@ def staging(events: int = 100_000, repeat: int = 5) -> None:
         stage_events(evs, cols, ["id"], DeadLetterSink(None))
         best = min(best, time.perf_counter() - t0)
     print(f"stage_events of {events:,} mixed events (8 columns), best of {repeat}: {best:.3f} s")
+
+
+def staging_tail(events: int = 200_000, tables: int = 100, tail: int = 3, repeat: int = 15) -> None:
+    """``stage_events`` of a batch over ``tables`` tables as the reader hands it out (block
+    events of the mixed shape, ``reader --change-blocks 1``), each table's events alone and
+    with ``tail`` changes after them that came row by row (a poll's last group held fewer
+    than ``source.change_blocks`` of the table's changes; issue 27): CPU-s for all tables,
+    best of ``repeat``."""
+    from collections import defaultdict
+
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.events.model import ChangeEvent, Op, SourcePosition
+    from replicator.pipeline.staging import stage_events
+
+    by_table: dict[str, list[Any]] = defaultdict(list)
+    for ev in _assembled(_mixed_pgoutput(events, tables=tables), tables, 1):
+        by_table[ev.table].append(ev)
+    schema = next(iter(by_table.values()))[0].schema_
+    cols = [(c.name, c.type) for c in schema.columns]
+    start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+    def row(table: str, i: int) -> ChangeEvent:
+        after = {"id": 10**6 + i, "txn": 5, "a": 7, "b": "x", "c": decimal.Decimal("1.25"), "d": start,
+                 "e": 0.5, "f": True}  # fmt: skip
+        return ChangeEvent(table, Op.CREATE, None, after, position=SourcePosition("postgres", (2**40, i)))
+
+    with_tail = {t: [*evs, *(row(t, i) for i in range(tail))] for t, evs in by_table.items()}
+    for label, batch in (("block events only", by_table), (f"block events + {tail} row-by-row changes", with_tail)):
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.process_time()
+            for evs in batch.values():
+                stage_events(evs, cols, ["id"], DeadLetterSink(None))
+            best = min(best, time.process_time() - t0)
+        print(f"stage_events, {len(batch)} tables x {events // tables:,} changes, {label}: {best:.3f} CPU-s "
+              f"(best of {repeat})")  # fmt: skip
 
 
 def compaction(appends: int = 300, file_mb: float = 3.0, target_mb: int = 128, min_input_files: int = 4) -> None:
@@ -288,6 +326,37 @@ def _mixed_pgoutput(events: int, seed: int = 1, bulk: bool = False, tables: int 
     return msgs
 
 
+def _assembled(msgs: list[bytes], tables: int, blocks: int) -> list[Any]:
+    """The events the Postgres reader path hands out for ``msgs`` (``_mixed_pgoutput``):
+    pgoutput decode, the ChangeAssembler (``change_blocks`` = ``blocks``) and its events."""
+    from replicator.events.deadletter import DeadLetterSink
+    from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
+    from replicator.sources.postgres.pgoutput import decode
+    from replicator.sources.postgres.setup import TableInfo
+    from replicator.sources.postgres.toast import RowCache
+    from replicator.sources.postgres.types import TypeMapper
+
+    # A poll's end: every source.poll_max_messages, or a group's worth with blocks (source.py).
+    poll = 65_536 if blocks else 10_000
+    infos = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(tables)}
+    asm = ChangeAssembler(
+        tables=infos, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
+        dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
+    )  # fmt: skip
+    asm.change_blocks = blocks
+    out: list[Any] = []
+    for i, m in enumerate(msgs):
+        if blocks and m[0] in b"IUD":  # a row change: kept for a block (source.py does the same)
+            if not asm.keep_raw(m):
+                out.extend(asm.change_raw(m))
+        else:
+            out.extend(asm.handle(decode(m), len(m)))
+        if i % poll == poll - 1:
+            out.extend(asm.flush_run())
+    out.extend(asm.flush_run())
+    return out
+
+
 def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool = False, tables: int = 4) -> None:
     """The Postgres reader thread's per-event CPU without a server: pgoutput decode, the
     ChangeAssembler (conversion, positions, TOAST rules) and the ChangeEvents, kept in a list
@@ -299,37 +368,13 @@ def reader(events: int = 200_000, repeat: int = 3, blocks: int = 0, bulk: bool =
     import gc
 
     from replicator.events.block import row_count
-    from replicator.events.deadletter import DeadLetterSink
     from replicator.pipeline.gc_policy import run_thresholds
     from replicator.sources.postgres import change_block
-    from replicator.sources.postgres.changes import ChangeAssembler, SourceStats
-    from replicator.sources.postgres.pgoutput import decode
-    from replicator.sources.postgres.setup import TableInfo
-    from replicator.sources.postgres.toast import RowCache
-    from replicator.sources.postgres.types import TypeMapper
 
     msgs = _mixed_pgoutput(events, bulk=bulk, tables=tables)
-    # A poll's end: every source.poll_max_messages, or a group's worth with blocks (source.py).
-    poll = 65_536 if blocks else 10_000
 
     def run() -> int:
-        infos = {f"public.m{t}": TableInfo(16400 + t, "public", f"m{t}", "d", ("id",)) for t in range(tables)}
-        asm = ChangeAssembler(
-            tables=infos, mapper=TypeMapper(None), committed={}, toast=RowCache(64 << 20), stats=SourceStats(),
-            dead_letters=DeadLetterSink(None), fetch_current=lambda *a: None,
-        )  # fmt: skip
-        asm.change_blocks = blocks
-        out: list[Any] = []
-        for i, m in enumerate(msgs):
-            if blocks and m[0] in b"IUD":  # a row change: kept for a block (source.py does the same)
-                if not asm.keep_raw(m):
-                    out.extend(asm.change_raw(m))
-            else:
-                out.extend(asm.handle(decode(m), len(m)))
-            if i % poll == poll - 1:
-                out.extend(asm.flush_run())
-        out.extend(asm.flush_run())
-        return sum(map(row_count, out))
+        return sum(map(row_count, _assembled(msgs, tables, blocks)))
 
     compiled = change_block._compiled
     labels = ["collector at CPython's defaults", "collector as the engine's run sets it"]
@@ -566,7 +611,7 @@ def file_creation(files: int = 1_000) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["commits", "staging", "compaction", "partitioned", "deleted-share", "reader",
+    ap.add_argument("what", choices=["commits", "staging", "staging-tail", "compaction", "partitioned", "deleted-share", "reader",
                                      "describe", "positions", "files"])  # fmt: skip
     ap.add_argument("--change-blocks", type=int, default=0, help="reader: runs of inserts as blocks (0: off)")
     ap.add_argument("--bulk", action="store_true", help="reader: 500-insert transactions of one table")
@@ -577,6 +622,8 @@ def main(argv: list[str] | None = None) -> None:
             commits(before)
     elif args.what == "staging":
         staging()
+    elif args.what == "staging-tail":
+        staging_tail()
     elif args.what == "reader":
         reader(blocks=args.change_blocks, bulk=args.bulk, tables=args.tables)
     elif args.what == "partitioned":
