@@ -336,13 +336,11 @@ def _build_vectorised(
     if split is None:
         return None
     runs, rows, segments, block_events = split
-    if not rows:
-        return _build_from_blocks(runs, columns, key_columns, not_null)
-    if not block_events:
+    if rows and not block_events:
         return None  # rows of blocks one by one among others: the row-by-row build is as cheap
     blocks = _build_from_blocks(runs, columns, key_columns, not_null)
-    if blocks is None:
-        return None
+    if blocks is None or not rows:
+        return blocks
     return _with_rows(blocks, [events[i] for i in rows], segments, columns, key_columns, not_null)
 
 
